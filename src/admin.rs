@@ -1,0 +1,28 @@
+//! The admin listener: `/metrics` (Prometheus text), `/healthz` (process alive) and
+//! `/readyz` (configuration loaded).
+
+use async_trait::async_trait;
+use http::Response;
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+
+pub struct Admin;
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let (status, content_type, body) = match session.req_header().uri.path() {
+            "/metrics" => (200, "text/plain; version=0.0.4", crate::metrics::render()),
+            "/healthz" | "/readyz" => (200, "text/plain", b"ok\n".to_vec()),
+            _ => (404, "text/plain", b"not found: try /metrics, /healthz or /readyz\n".to_vec()),
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+        if let Ok(v) = http::HeaderValue::from_str(content_type) {
+            resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        }
+        let len = resp.body().len();
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+        resp
+    }
+}

@@ -1,0 +1,75 @@
+//! `mcp-edge --config <file>` runs the edge; `--check <file>` validates a config;
+//! `demo` starts the edge in front of two built-in MCP servers.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use mcp_edge::config::Config;
+
+const USAGE: &str = "\
+mcp-edge: an MCP-aware edge proxy
+
+usage:
+  mcp-edge demo [--port N]        start the edge in front of two built-in MCP servers
+  mcp-edge --config <file>        run the edge
+  mcp-edge --check <file>         validate a configuration file and exit
+  mcp-edge --version | --help
+";
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["--check", file] => check(&PathBuf::from(file)),
+        ["--config", file] => run(&PathBuf::from(file)),
+        ["demo"] => mcp_edge::demo::run(8080),
+        ["demo", "--port", port] => match port.parse() {
+            Ok(p) => mcp_edge::demo::run(p),
+            Err(_) => usage_error(&format!("--port: '{port}' is not a port number")),
+        },
+        ["--version"] => {
+            println!("mcp-edge {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        ["--help"] | ["-h"] => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => usage_error("unrecognised arguments"),
+    }
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("mcp-edge: {msg}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|errs| {
+        eprintln!("mcp-edge: {} is not a valid configuration:", path.display());
+        for e in errs {
+            eprintln!("  - {e}");
+        }
+        ExitCode::FAILURE
+    })
+}
+
+fn check(path: &PathBuf) -> ExitCode {
+    match load(path) {
+        Ok(_) => {
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn run(path: &PathBuf) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let built = mcp_edge::build_server(config);
+    built.server.run_forever()
+}

@@ -1,0 +1,119 @@
+//! MCP routing headers: names, single-value extraction and the `=?base64?…?=` value form.
+
+use std::borrow::Cow;
+
+use base64::Engine;
+use http::HeaderMap;
+
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const METHOD: &str = "mcp-method";
+pub const NAME: &str = "mcp-name";
+pub const SESSION_ID: &str = "mcp-session-id";
+pub const ORIGIN: &str = "origin";
+
+/// Canonical spelling for messages (the spec's casing).
+pub fn display_name(header: &str) -> &'static str {
+    match header {
+        PROTOCOL_VERSION => "MCP-Protocol-Version",
+        METHOD => "Mcp-Method",
+        NAME => "Mcp-Name",
+        _ => "header",
+    }
+}
+
+/// Why a header value could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderProblem {
+    Duplicate,
+    InvalidCharacters,
+    InvalidBase64,
+}
+
+impl HeaderProblem {
+    pub fn describe(&self) -> &'static str {
+        match self {
+            HeaderProblem::Duplicate => "appears more than once",
+            HeaderProblem::InvalidCharacters => "contains invalid characters",
+            HeaderProblem::InvalidBase64 => "is not a valid =?base64?…?= value",
+        }
+    }
+}
+
+/// The one value of `name`, `None` when absent; a repeated header is an error (a folded
+/// `a, b` value would otherwise be compared as one string by some servers and split by others).
+pub fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, HeaderProblem> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(HeaderProblem::Duplicate);
+    }
+    Ok(first.map(|v| v.as_bytes()))
+}
+
+const SENTINEL_PREFIX: &[u8] = b"=?base64?";
+const SENTINEL_SUFFIX: &[u8] = b"?=";
+
+/// Decode a routing header value: trim optional whitespace, then either the plain form
+/// (visible ASCII, space, tab) or the `=?base64?{Base64(UTF-8)}?=` form with canonical padding.
+pub fn decode_value(raw: &[u8]) -> Result<Cow<'_, str>, HeaderProblem> {
+    let v = trim_ows(raw);
+    if v.len() >= SENTINEL_PREFIX.len() + SENTINEL_SUFFIX.len()
+        && v.starts_with(SENTINEL_PREFIX)
+        && v.ends_with(SENTINEL_SUFFIX)
+    {
+        let inner = &v[SENTINEL_PREFIX.len()..v.len() - SENTINEL_SUFFIX.len()];
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(inner)
+            .map_err(|_| HeaderProblem::InvalidBase64)?;
+        return String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderProblem::InvalidBase64);
+    }
+    if !v.iter().all(|&c| c == b'\t' || (0x20..=0x7e).contains(&c)) {
+        return Err(HeaderProblem::InvalidCharacters);
+    }
+    // All bytes are ASCII, so this cannot fail; map the impossible case to a problem anyway.
+    std::str::from_utf8(v).map(Cow::Borrowed).map_err(|_| HeaderProblem::InvalidCharacters)
+}
+
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let is_ows = |c: &u8| *c == b' ' || *c == b'\t';
+    let start = v.iter().position(|c| !is_ows(c)).unwrap_or(v.len());
+    let end = v.iter().rposition(|c| !is_ows(c)).map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_table() {
+        let cases: &[(&[u8], Result<&str, HeaderProblem>)] = &[
+            (b"get_weather", Ok("get_weather")),
+            (b"  spaced \t", Ok("spaced")),
+            (b"=?base64?aMOpbGxv?=", Ok("héllo")),
+            (b" =?base64?aMOpbGxv?= ", Ok("héllo")),
+            (b"=?base64?aGVsbG8?=", Err(HeaderProblem::InvalidBase64)), // unpadded
+            (b"=?base64?aGVsbG8=?=", Ok("hello")),
+            (b"=?base64?!!!!?=", Err(HeaderProblem::InvalidBase64)),
+            (b"=?base64?/w==?=", Err(HeaderProblem::InvalidBase64)), // not UTF-8
+            (b"h\xc3\xa9llo", Err(HeaderProblem::InvalidCharacters)), // raw UTF-8
+            (b"a\x01b", Err(HeaderProblem::InvalidCharacters)),
+            (b"=?BASE64?aGk=?=", Ok("=?BASE64?aGk=?=")), // markers are case-sensitive
+            (b"", Ok("")),
+        ];
+        for (raw, want) in cases {
+            let got = decode_value(raw).map(|c| c.into_owned());
+            assert_eq!(got, want.clone().map(str::to_owned), "input {:?}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn duplicates_are_detected() {
+        let mut h = HeaderMap::new();
+        h.append(METHOD, "tools/list".parse().unwrap());
+        assert_eq!(single(&h, METHOD), Ok(Some(&b"tools/list"[..])));
+        h.append(METHOD, "tools/list".parse().unwrap());
+        assert_eq!(single(&h, METHOD), Err(HeaderProblem::Duplicate));
+        assert_eq!(single(&h, NAME), Ok(None));
+    }
+}

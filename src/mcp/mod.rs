@@ -1,0 +1,61 @@
+//! Everything mcp-edge knows about the Model Context Protocol wire format.
+//!
+//! - [`peek`]: a borrowing read of the JSON-RPC fields routing needs.
+//! - [`headers`]: routing header names and value decoding.
+//! - [`rules`]: era classification and the 2026-07-28 header/body rules.
+//! - [`origin`]: the `Origin` allowlist.
+
+pub mod headers;
+pub mod origin;
+pub mod peek;
+pub mod rules;
+
+/// The modern revision: stateless, every request self-contained.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// Revisions that use `initialize` and (optionally) sessions.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+pub fn is_legacy_version(v: &str) -> bool {
+    LEGACY_VERSIONS.contains(&v)
+}
+
+/// MCP methods a metric may be labelled with; anything else is `other`, so a client cannot
+/// create unbounded series.
+pub const KNOWN_METHODS: &[&str] = &[
+    "server/discover",
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/result",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+/// Bounded metric label for a JSON-RPC method.
+pub fn method_label(method: Option<&str>) -> &'static str {
+    match method {
+        None => "none",
+        Some(m) => KNOWN_METHODS.iter().find(|k| **k == m).copied().unwrap_or("other"),
+    }
+}

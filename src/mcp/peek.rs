@@ -1,0 +1,397 @@
+//! A borrowing peek at a JSON-RPC body: only the fields routing needs.
+//!
+//! `jsonrpc`, `id`, `method`, whether the message is a response, and from `params` the
+//! `name` / `uri` / `taskId` and the `_meta` protocol-version claim. Everything else is
+//! skipped with `IgnoredAny`; strings are borrowed from the body where they have no escapes.
+//! Duplicate keys resolve last-wins, as in JavaScript's `JSON.parse` and Python's `json`, so
+//! the edge reads the same value the upstream will.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// `params._meta` key carrying the modern protocol-version claim.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// A JSON value that is either a string (borrowed when possible) or something else.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Field<'a> {
+    Str(Cow<'a, str>),
+    Other,
+}
+
+impl<'a> Field<'a> {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Field::Str(s) => Some(s),
+            Field::Other => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Field<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Field::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Field::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Field::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Field::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What routing needs from `params`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Params<'a> {
+    pub name: Option<Field<'a>>,
+    pub uri: Option<Field<'a>>,
+    pub task_id: Option<Field<'a>>,
+    /// `_meta["io.modelcontextprotocol/protocolVersion"]`, when present (any type).
+    pub claim: Option<Field<'a>>,
+    /// `params.protocolVersion` (legacy `initialize`).
+    pub protocol_version: Option<Field<'a>>,
+}
+
+/// `params` when it is an object; anything else reads as no params.
+struct LenientParams<'a>(Params<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LenientParams<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("params")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut p = Params::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "name" => p.name = Some(map.next_value()?),
+                        "uri" => p.uri = Some(map.next_value()?),
+                        "taskId" => p.task_id = Some(map.next_value()?),
+                        "protocolVersion" => p.protocol_version = Some(map.next_value()?),
+                        "_meta" => p.claim = map.next_value::<MetaClaim>()?.0,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(LenientParams(p))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(LenientParams(Params::default()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The protocol-version claim inside `_meta`, when `_meta` is an object holding it.
+struct MetaClaim<'a>(Option<Field<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for MetaClaim<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MetaClaim<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("_meta")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut claim = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == META_PROTOCOL_VERSION {
+                        claim = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(MetaClaim(claim))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MetaClaim(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(MetaClaim(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One JSON-RPC message, as far as routing needs it.
+#[derive(Debug, Default, Clone)]
+pub struct Message<'a> {
+    pub jsonrpc: Option<Field<'a>>,
+    /// The raw `id` when the key is present (`null` included).
+    pub id: Option<&'a RawValue>,
+    pub method: Option<Field<'a>>,
+    /// Carries `result` or `error`: a response, not a request.
+    pub is_response: bool,
+    pub params: Params<'a>,
+    /// Set when the message is not an object at all.
+    pub not_an_object: bool,
+}
+
+impl<'a> Message<'a> {
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_ref().and_then(Field::as_str)
+    }
+
+    /// The id as a JSON value, for error bodies. Only ids that are strings or numbers are
+    /// echoed; anything else becomes `null`.
+    pub fn id_value(&self) -> Option<serde_json::Value> {
+        let raw = self.id?;
+        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(v @ (serde_json::Value::String(_) | serde_json::Value::Number(_))) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Message<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON-RPC message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut m = Message::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "jsonrpc" => m.jsonrpc = Some(map.next_value()?),
+                        "id" => m.id = Some(map.next_value::<&'de RawValue>()?),
+                        "method" => m.method = Some(map.next_value()?),
+                        "params" => m.params = map.next_value::<LenientParams>()?.0,
+                        "result" | "error" => {
+                            map.next_value::<IgnoredAny>()?;
+                            m.is_response = true;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(m)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Message { not_an_object: true, ..Message::default() })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A whole body: one message or a batch.
+#[derive(Debug)]
+pub enum Body<'a> {
+    Single(Message<'a>),
+    Batch(Vec<Message<'a>>),
+}
+
+/// Parse a body. Errors are JSON syntax errors (including invalid UTF-8 and nesting deeper
+/// than serde_json's recursion limit); shape problems are left to the rules.
+pub fn peek(body: &[u8]) -> Result<Body<'_>, serde_json::Error> {
+    let trimmed = trim_ascii_start(body);
+    if trimmed.first() == Some(&b'[') {
+        let batch: Vec<Message<'_>> = serde_json::from_slice(body)?;
+        Ok(Body::Batch(batch))
+    } else {
+        Ok(Body::Single(serde_json::from_slice(body)?))
+    }
+}
+
+fn trim_ascii_start(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    &b[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(body: &str) -> Message<'_> {
+        match peek(body.as_bytes()).unwrap() {
+            Body::Single(m) => m,
+            Body::Batch(_) => panic!("expected a single message"),
+        }
+    }
+
+    #[test]
+    fn reads_routing_fields_and_skips_the_rest() {
+        let m = single(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo",
+            "arguments":{"big":[1,2,{"x":"y"}]},"_meta":{"progressToken":1,
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        );
+        assert_eq!(m.method(), Some("tools/call"));
+        assert_eq!(m.id.unwrap().get(), "7");
+        assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("echo"));
+        assert_eq!(m.params.claim.as_ref().and_then(Field::as_str), Some("2026-07-28"));
+        assert!(!m.is_response);
+    }
+
+    #[test]
+    fn escaped_strings_are_decoded() {
+        let m = single(r#"{"method":"tools/call","params":{"name":"h\u00e9llo"}}"#);
+        assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("héllo"));
+    }
+
+    #[test]
+    fn odd_shapes_do_not_fail_the_parse() {
+        let m = single(r#"{"method":5,"params":[1,2],"id":{"a":1}}"#);
+        assert_eq!(m.method(), None);
+        assert_eq!(m.id_value(), None);
+        let m = single(r#"{"params":{"name":3,"_meta":"x"}}"#);
+        assert_eq!(m.params.name, Some(Field::Other));
+        assert_eq!(m.params.claim, None);
+    }
+
+    #[test]
+    fn null_id_is_present_but_not_echoed() {
+        let m = single(r#"{"id":null,"method":"x"}"#);
+        assert!(m.id.is_some());
+        assert_eq!(m.id_value(), None);
+    }
+
+    #[test]
+    fn duplicate_keys_last_wins() {
+        let m = single(r#"{"method":"a","method":"b"}"#);
+        assert_eq!(m.method(), Some("b"));
+    }
+
+    #[test]
+    fn batches_and_responses() {
+        match peek(br#" [{"id":1,"result":{}},{"method":"x"}]"#).unwrap() {
+            Body::Batch(v) => {
+                assert!(v[0].is_response);
+                assert_eq!(v[1].method(), Some("x"));
+            }
+            Body::Single(_) => panic!("expected batch"),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_fail() {
+        assert!(peek(b"{\"method\":").is_err());
+        assert!(peek(b"\xff\xfe").is_err());
+        assert!(peek(b"{\"method\":\"\xff\"}").is_err(), "invalid UTF-8 in a string");
+    }
+
+    #[test]
+    fn deep_nesting_is_skipped_without_recursion() {
+        // Skipped values are walked iteratively by serde_json: no stack overflow, no error.
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        match peek(deep.as_bytes()).unwrap() {
+            Body::Batch(v) => assert!(v.len() == 1 && v[0].not_an_object),
+            Body::Single(_) => panic!("expected batch"),
+        }
+        let deep_params = format!(
+            r#"{{"method":"tools/call","params":{{"x":{}{},"name":"n"}}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let m = single(&deep_params);
+        assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("n"));
+    }
+}

@@ -1,0 +1,270 @@
+//! Era classification and the 2026-07-28 header/body rules (`mcp-protocol.md` §A–B).
+//!
+//! The era comes from the body: a request whose `params._meta` carries
+//! `io.modelcontextprotocol/protocolVersion` is modern, whatever its headers say, so a proxy
+//! that stripped a header cannot move it to the legacy path. Headers are then cross-checked
+//! against the body. A body without a claim is legacy unless its `MCP-Protocol-Version`
+//! header names a non-legacy revision, in which case header and body disagree.
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use super::headers::{self, display_name, HeaderProblem, METHOD, NAME, PROTOCOL_VERSION};
+use super::peek::{self, Body, Field, Message};
+use crate::error::EdgeError;
+
+/// Which protocol generation a request belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28 (or a later stateless revision the route accepts).
+    Modern(String),
+    /// 2024-11-05 … 2025-11-25: `initialize`, sessions, HTTP+SSE.
+    Legacy,
+}
+
+impl Era {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Era::Modern(_) => "modern",
+            Era::Legacy => "legacy",
+        }
+    }
+}
+
+/// What the edge learned from a valid POST body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub era: Era,
+    pub method: Option<String>,
+    pub id: Option<Value>,
+    /// The decoded `Mcp-Name` subject (tool, prompt, resource URI, task id), for logs.
+    pub name: Option<String>,
+}
+
+/// A rejected request: the error and the id to echo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    pub error: EdgeError,
+    pub id: Option<Value>,
+}
+
+/// Versions a route accepts: modern revisions and, when any legacy revision is listed,
+/// legacy traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionPolicy {
+    pub accepted: Vec<String>,
+}
+
+impl VersionPolicy {
+    pub fn accepts_modern(&self, v: &str) -> bool {
+        !super::is_legacy_version(v) && self.accepted.iter().any(|a| a == v)
+    }
+    pub fn accepts_legacy(&self) -> bool {
+        self.accepted.iter().any(|a| super::is_legacy_version(a))
+    }
+    fn unsupported(&self, requested: Option<String>) -> EdgeError {
+        EdgeError::UnsupportedVersion { supported: self.accepted.clone(), requested }
+    }
+}
+
+/// Which body field `Mcp-Name` mirrors for a method (spec table; `taskId` from the Tasks
+/// extension).
+pub fn name_source<'m, 'a>(method: &str, m: &'m Message<'a>) -> Option<&'m Field<'a>> {
+    match method {
+        "tools/call" | "prompts/get" => m.params.name.as_ref(),
+        "resources/read" => m.params.uri.as_ref(),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => m.params.task_id.as_ref(),
+        _ => None,
+    }
+}
+
+/// Classify and validate one POST body against its headers.
+pub fn check_post(
+    headers: &HeaderMap,
+    body: &[u8],
+    policy: &VersionPolicy,
+) -> Result<Verdict, Rejection> {
+    let parsed = peek::peek(body).map_err(|e| Rejection {
+        error: EdgeError::ParseError { detail: e.to_string() },
+        id: None,
+    })?;
+    match parsed {
+        Body::Batch(items) => {
+            let header_version = header(headers, PROTOCOL_VERSION, None)?;
+            let modern_header = header_version.as_deref().filter(|v| !super::is_legacy_version(v));
+            check_batch(&items, modern_header, header_version.as_deref(), policy)
+        }
+        Body::Single(m) => {
+            let header_version = header(headers, PROTOCOL_VERSION, m.id_value().as_ref())?;
+            check_single(headers, &m, header_version.as_deref(), policy)
+        }
+    }
+}
+
+fn check_batch(
+    items: &[Message<'_>],
+    modern_header: Option<&str>,
+    header_version: Option<&str>,
+    policy: &VersionPolicy,
+) -> Result<Verdict, Rejection> {
+    let reject = |detail: &str| Rejection {
+        error: EdgeError::InvalidRequest { detail: detail.into() },
+        id: None,
+    };
+    if items.is_empty() {
+        return Err(reject("empty batch"));
+    }
+    if modern_header.is_some() || items.iter().any(|m| m.params.claim.is_some()) {
+        return Err(reject("batches are not allowed in protocol revision 2026-07-28"));
+    }
+    if !policy.accepts_legacy() {
+        return Err(Rejection { error: policy.unsupported(header_version.map(str::to_owned)), id: None });
+    }
+    Ok(Verdict { era: Era::Legacy, method: None, id: None, name: None })
+}
+
+fn check_single(
+    headers: &HeaderMap,
+    m: &Message<'_>,
+    header_version: Option<&str>,
+    policy: &VersionPolicy,
+) -> Result<Verdict, Rejection> {
+    let id = m.id_value();
+    let reject = |error: EdgeError| Rejection { error, id: id.clone() };
+    let modern_header = header_version.filter(|v| !super::is_legacy_version(v));
+
+    if m.not_an_object {
+        return Err(reject(EdgeError::InvalidRequest { detail: "body is not a JSON-RPC object".into() }));
+    }
+    if m.is_response && m.method.is_none() {
+        if m.params.claim.is_some() || modern_header.is_some() {
+            return Err(reject(EdgeError::InvalidRequest {
+                detail: "JSON-RPC responses cannot be posted in protocol revision 2026-07-28".into(),
+            }));
+        }
+        return legacy(m, header_version, policy, id);
+    }
+
+    let Some(claim) = &m.params.claim else {
+        if let Some(v) = modern_header {
+            if !policy.accepts_modern(v) {
+                return Err(reject(policy.unsupported(Some(v.to_owned()))));
+            }
+            return Err(reject(mismatch(
+                PROTOCOL_VERSION,
+                format!("header names {v} but the body carries no _meta protocolVersion"),
+            )));
+        }
+        return legacy(m, header_version, policy, id);
+    };
+
+    // Modern from here on.
+    let Some(version) = claim.as_str() else {
+        return Err(reject(EdgeError::InvalidMeta {
+            detail: format!("{}: not a string", peek::META_PROTOCOL_VERSION),
+        }));
+    };
+    if m.jsonrpc.as_ref().and_then(Field::as_str) != Some("2.0") {
+        return Err(reject(EdgeError::InvalidRequest { detail: "jsonrpc must be \"2.0\"".into() }));
+    }
+    let Some(method) = m.method() else {
+        return Err(reject(EdgeError::InvalidRequest { detail: "method must be a string".into() }));
+    };
+    if m.id.is_some() && id.is_none() {
+        return Err(reject(EdgeError::InvalidRequest {
+            detail: "id must be a string or a number".into(),
+        }));
+    }
+    let is_request = m.id.is_some();
+
+    match header_version {
+        None => return Err(reject(missing(PROTOCOL_VERSION))),
+        Some(h) if h != version => {
+            return Err(reject(mismatch(
+                PROTOCOL_VERSION,
+                format!("header value '{h}' does not match body value '{version}'"),
+            )))
+        }
+        Some(_) => {}
+    }
+    if !policy.accepts_modern(version) {
+        return Err(reject(policy.unsupported(Some(version.to_owned()))));
+    }
+
+    // Notifications have no header requirements in 2026-07-28; check what is present.
+    match header(headers, METHOD, id.as_ref())? {
+        None if is_request => return Err(reject(missing(METHOD))),
+        Some(h) if h != method => {
+            return Err(reject(mismatch(
+                METHOD,
+                format!("header value '{h}' does not match body value '{method}'"),
+            )))
+        }
+        _ => {}
+    }
+
+    let mut name = None;
+    if let Some(body_name) = name_source(method, m).and_then(Field::as_str) {
+        match header(headers, NAME, id.as_ref())? {
+            None => return Err(reject(missing(NAME))),
+            Some(h) if h != body_name => {
+                return Err(reject(mismatch(
+                    NAME,
+                    format!("header value '{h}' does not match body value '{body_name}'"),
+                )))
+            }
+            Some(_) => name = Some(body_name.to_owned()),
+        }
+    }
+
+    Ok(Verdict {
+        era: super::rules::Era::Modern(version.to_owned()),
+        method: Some(method.to_owned()),
+        id,
+        name,
+    })
+}
+
+fn legacy(
+    m: &Message<'_>,
+    header_version: Option<&str>,
+    policy: &VersionPolicy,
+    id: Option<Value>,
+) -> Result<Verdict, Rejection> {
+    if !policy.accepts_legacy() {
+        let requested = match m.method() {
+            Some("initialize") => m.params.protocol_version.as_ref().and_then(Field::as_str),
+            _ => header_version,
+        };
+        return Err(Rejection { error: policy.unsupported(requested.map(str::to_owned)), id });
+    }
+    Ok(Verdict { era: Era::Legacy, method: m.method().map(str::to_owned), id, name: None })
+}
+
+/// A decoded single header value, or the -32020 rejection for a repeated or undecodable one.
+fn header(headers: &HeaderMap, name: &'static str, id: Option<&Value>) -> Result<Option<String>, Rejection> {
+    let to_rejection = |p: HeaderProblem| Rejection {
+        error: mismatch(name, format!("{} header {}", display_name(name), p.describe())),
+        id: id.cloned(),
+    };
+    match headers::single(headers, name).map_err(to_rejection)? {
+        None => Ok(None),
+        Some(raw) => headers::decode_value(raw).map(|v| Some(v.into_owned())).map_err(to_rejection),
+    }
+}
+
+fn mismatch(header: &'static str, detail: String) -> EdgeError {
+    let detail = if detail.starts_with(display_name(header)) {
+        detail
+    } else {
+        format!("{} {detail}", display_name(header))
+    };
+    EdgeError::HeaderMismatch { header, detail }
+}
+
+fn missing(header: &'static str) -> EdgeError {
+    mismatch(header, "header is missing".into())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+//! Every metric mcp-edge exports, registered once in one registry, with bounded labels.
+//!
+//! Labels never carry session ids, request ids or arguments: methods come from
+//! [`crate::mcp::method_label`], error kinds from [`crate::error::EdgeError::kind`], routes
+//! and pools from the configuration.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
+    register_int_gauge_vec_with_registry, Encoder, HistogramVec, IntCounterVec, IntGaugeVec,
+    Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    pub registry: Registry,
+    /// Requests by route, JSON-RPC method, era and outcome.
+    pub requests: IntCounterVec,
+    /// Errors raised by the edge itself, by kind.
+    pub edge_errors: IntCounterVec,
+    /// Time from choosing a member to its response header.
+    pub upstream_latency: HistogramVec,
+    /// Whole request time as the client sees it (to the end of the response).
+    pub request_duration: HistogramVec,
+    /// Upstream responses by pool, member and status class.
+    pub upstream_responses: IntCounterVec,
+    /// Open SSE responses by era.
+    pub active_sse: IntGaugeVec,
+    pub build_info: IntGaugeVec,
+}
+
+const LATENCY_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+fn build() -> Result<Metrics, prometheus::Error> {
+    let registry = Registry::new();
+    let m = Metrics {
+        requests: register_int_counter_vec_with_registry!(
+            "mcp_edge_requests_total",
+            "MCP requests by route, method, era and outcome",
+            &["route", "method", "era", "outcome"],
+            registry
+        )?,
+        edge_errors: register_int_counter_vec_with_registry!(
+            "mcp_edge_errors_total",
+            "Errors raised by the edge itself, by kind",
+            &["kind"],
+            registry
+        )?,
+        upstream_latency: register_histogram_vec_with_registry!(
+            "mcp_edge_upstream_response_seconds",
+            "Time from choosing an upstream member to its response header",
+            &["pool"],
+            LATENCY_BUCKETS.to_vec(),
+            registry
+        )?,
+        request_duration: register_histogram_vec_with_registry!(
+            "mcp_edge_request_duration_seconds",
+            "Time from request start to the end of the response",
+            &["route", "era"],
+            LATENCY_BUCKETS.to_vec(),
+            registry
+        )?,
+        upstream_responses: register_int_counter_vec_with_registry!(
+            "mcp_edge_upstream_responses_total",
+            "Upstream responses by pool, member and status class",
+            &["pool", "member", "class"],
+            registry
+        )?,
+        active_sse: register_int_gauge_vec_with_registry!(
+            "mcp_edge_active_sse_streams",
+            "SSE responses currently streaming, by era",
+            &["era"],
+            registry
+        )?,
+        build_info: register_int_gauge_vec_with_registry!(
+            "mcp_edge_build_info",
+            "Build information",
+            &["version"],
+            registry
+        )?,
+        registry,
+    };
+    m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    for kind in crate::error::EdgeError::KINDS {
+        m.edge_errors.with_label_values(&[kind]).inc_by(0);
+    }
+    for era in ["modern", "legacy"] {
+        m.active_sse.with_label_values(&[era]).set(0);
+    }
+    Ok(m)
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build() {
+    Ok(m) => m,
+    // Only reachable through a programming error (a duplicate or malformed metric name).
+    Err(e) => panic!("metric registration failed: {e}"),
+});
+
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+/// The Prometheus text exposition of every metric.
+pub fn render() -> Vec<u8> {
+    let mut out = Vec::new();
+    // Encoding into a Vec cannot fail for well-formed metric families.
+    let _ = TextEncoder::new().encode(&get().registry.gather(), &mut out);
+    out
+}
+
+/// Status class label (`2xx` … `5xx`).
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -1,0 +1,347 @@
+//! The Pingora `ProxyHttp` implementation: one hook per phase, each delegating to a small
+//! helper. The request flow is `request_filter` (route, Origin, body, MCP rules) →
+//! `upstream_peer` (round-robin) → Pingora forwards and streams → `logging` (metrics, access
+//! log, give the real downstream session back).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorSource, ErrorType, Result};
+use serde_json::Value;
+
+use crate::body;
+use crate::config::{Route, Runtime};
+use crate::error::{EdgeError, ERROR_HEADER};
+use crate::mcp::rules::{self, Era, Rejection, Verdict};
+use crate::mcp;
+use crate::metrics;
+
+/// The edge: reads the current runtime snapshot once per request.
+pub struct Edge {
+    runtime: Arc<ArcSwap<Runtime>>,
+}
+
+impl Edge {
+    pub fn new(runtime: Arc<ArcSwap<Runtime>>) -> Self {
+        Edge { runtime }
+    }
+}
+
+/// Per-request state.
+pub struct Ctx {
+    started: Instant,
+    snapshot: Option<Arc<Runtime>>,
+    route: Option<Arc<Route>>,
+    verdict: Option<Verdict>,
+    /// Pool indices of members already tried for this request.
+    tried: Vec<usize>,
+    upstream_started: Option<Instant>,
+    upstream_status: Option<u16>,
+    edge_error: Option<EdgeError>,
+    handback: Option<body::Handback>,
+    answered_continue: bool,
+    sse: bool,
+}
+
+impl Ctx {
+    fn era_label(&self) -> &'static str {
+        self.verdict.as_ref().map_or("unknown", |v| v.era.label())
+    }
+    fn method_label(&self) -> &'static str {
+        mcp::method_label(self.verdict.as_ref().and_then(|v| v.method.as_deref()))
+    }
+    fn route_label(&self) -> &str {
+        self.route.as_ref().map_or("none", |r| r.path.as_str())
+    }
+    fn member(&self) -> Option<&crate::routing::Member> {
+        let route = self.route.as_ref()?;
+        route.pool.members.get(*self.tried.last()?)
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Edge {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx {
+            started: Instant::now(),
+            snapshot: None,
+            route: None,
+            verdict: None,
+            tried: Vec::new(),
+            upstream_started: None,
+            upstream_status: None,
+            edge_error: None,
+            handback: None,
+            answered_continue: false,
+            sse: false,
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let snapshot = self.runtime.load_full();
+        ctx.snapshot = Some(snapshot.clone());
+        match admit(session, ctx, &snapshot).await {
+            Ok(()) => Ok(false),
+            Err(rejection) => {
+                respond(session, &rejection.error, rejection.id.as_ref()).await;
+                ctx.edge_error = Some(rejection.error);
+                Ok(true)
+            }
+        }
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let (Some(route), Some(snapshot)) = (ctx.route.clone(), ctx.snapshot.clone()) else {
+            return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
+        };
+        let Some(index) = route.pool.pick(&ctx.tried) else {
+            let detail = format!("all {} members of pool '{}' failed", route.pool.members.len(), route.pool.name);
+            ctx.edge_error = Some(EdgeError::ConnectFailed { detail });
+            return Err(Error::explain(ErrorType::ConnectError, "no pool member left to try"));
+        };
+        ctx.tried.push(index);
+        ctx.upstream_started = Some(Instant::now());
+        let member = &route.pool.members[index];
+        let t = snapshot.timeouts;
+        let mut peer = HttpPeer::new(member.addr, false, String::new());
+        peer.options.connection_timeout = Some(t.connect);
+        // Applies to every upstream read: bounds time to the response header and silence
+        // inside a stream (SSE keep-alives reset it).
+        peer.options.read_timeout = Some(t.upstream_read);
+        peer.options.write_timeout = Some(t.upstream_read);
+        peer.options.idle_timeout = Some(t.idle);
+        Ok(Box::new(peer))
+    }
+
+    fn fail_to_connect(&self, _session: &mut Session, peer: &HttpPeer, ctx: &mut Ctx, mut e: Box<Error>) -> Box<Error> {
+        // Nothing reached this member, so another one may take the request.
+        let left = ctx.route.as_ref().is_some_and(|r| ctx.tried.len() < r.pool.members.len());
+        log::warn!("upstream {} failed to connect: {}; retrying elsewhere: {left}", peer._address, e.etype().as_str());
+        e.set_retry(left);
+        if !left {
+            ctx.edge_error = Some(EdgeError::ConnectFailed { detail: format!("{}: {}", peer._address, e.etype().as_str()) });
+        }
+        e
+    }
+
+    async fn upstream_request_filter(&self, session: &mut Session, upstream: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+        if ctx.answered_continue {
+            upstream.remove_header(&http::header::EXPECT);
+        }
+        // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
+        if upstream.headers.get(http::header::HOST).is_none() {
+            if let Some(authority) = session.req_header().uri.authority().map(|a| a.as_str().to_owned()) {
+                upstream.insert_header(http::header::HOST, authority)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(&self, _session: &mut Session, resp: &mut ResponseHeader, ctx: &mut Ctx) -> Result<()> {
+        let status = resp.status.as_u16();
+        ctx.upstream_status = Some(status);
+        let m = metrics::get();
+        if let (Some(route), Some(member)) = (ctx.route.as_ref(), ctx.member()) {
+            if let Some(t) = ctx.upstream_started {
+                m.upstream_latency.with_label_values(&[&route.pool.name]).observe(t.elapsed().as_secs_f64());
+            }
+            m.upstream_responses
+                .with_label_values(&[&route.pool.name, &member.label, metrics::status_class(status)])
+                .inc();
+        }
+        let is_sse = resp
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        if is_sse && !ctx.sse {
+            ctx.sse = true;
+            m.active_sse.with_label_values(&[ctx.era_label()]).inc();
+        }
+        Ok(())
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
+        // A client closing its stream is how MCP cancels; not an error worth a log line.
+        e.esource() == &ErrorSource::Downstream
+            && matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError)
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        let error = ctx.edge_error.take().unwrap_or_else(|| classify_failure(e));
+        let client_gone = matches!(error, EdgeError::ClientError { .. })
+            && matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError);
+        let code = if session.response_written().is_some() || client_gone {
+            // Too late for an error response: the stream is cut, which the client sees.
+            0
+        } else {
+            let id = ctx.verdict.as_ref().and_then(|v| v.id.clone());
+            respond(session, &error, id.as_ref()).await;
+            error.status()
+        };
+        ctx.edge_error = Some(error);
+        FailToProxy { error_code: code, can_reuse_downstream: false }
+    }
+
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        body::restore(session, &mut ctx.handback).await;
+        let m = metrics::get();
+        let outcome = match (&ctx.edge_error, ctx.upstream_status) {
+            (None, Some(_)) => "forwarded",
+            (Some(EdgeError::ClientError { .. }), _) => "client_error",
+            (Some(e), _) if e.status() < 500 => "rejected",
+            _ => "failed",
+        };
+        if let Some(err) = &ctx.edge_error {
+            m.edge_errors.with_label_values(&[err.kind()]).inc();
+        }
+        m.requests
+            .with_label_values(&[ctx.route_label(), ctx.method_label(), ctx.era_label(), outcome])
+            .inc();
+        m.request_duration
+            .with_label_values(&[ctx.route_label(), ctx.era_label()])
+            .observe(ctx.started.elapsed().as_secs_f64());
+        if ctx.sse {
+            m.active_sse.with_label_values(&[ctx.era_label()]).dec();
+        }
+        log_access(session, ctx, outcome);
+    }
+}
+
+/// Everything that happens before an upstream is chosen. An `Err` is answered by the edge and
+/// never reaches an upstream.
+async fn admit(session: &mut Session, ctx: &mut Ctx, snapshot: &Runtime) -> std::result::Result<(), Rejection> {
+    let reject = |error: EdgeError| Rejection { error, id: None };
+    let limits = snapshot.limits;
+    let timeouts = snapshot.timeouts;
+    session.downstream_session.set_keepalive(Some(timeouts.idle.as_secs().max(1)));
+
+    let req = session.req_header();
+    if header_bytes(req) > limits.max_header_bytes {
+        return Err(reject(EdgeError::HeadersTooLarge { limit: limits.max_header_bytes }));
+    }
+    let path = req.uri.path();
+    let Some(route) = snapshot.route(path).cloned() else {
+        return Err(reject(EdgeError::NoRoute { path: path.chars().take(200).collect() }));
+    };
+    ctx.route = Some(route.clone());
+    route.origins.check(&req.headers).map_err(reject)?;
+
+    let method = req.method.clone();
+    if method == http::Method::POST {
+        check_content_type(req).map_err(reject)?;
+        if expects_continue(req) {
+            ctx.answered_continue = true;
+            session
+                .downstream_session
+                .write_continue_response()
+                .await
+                .map_err(|e| reject(EdgeError::ClientError { detail: e.to_string() }))?;
+        }
+        session.downstream_session.set_read_timeout(Some(timeouts.request_body));
+        let bytes = body::read_all(session, limits.max_body_bytes).await.map_err(reject)?;
+        let verdict = rules::check_post(&session.req_header().headers, &bytes, &route.versions)?;
+        ctx.verdict = Some(verdict);
+        if !bytes.is_empty() {
+            ctx.handback = Some(body::install(session, bytes));
+        }
+        return Ok(());
+    }
+    if method == http::Method::GET || method == http::Method::DELETE {
+        if !route.versions.accepts_legacy() {
+            return Err(reject(EdgeError::MethodNotAllowed { method: method.to_string() }));
+        }
+        ctx.verdict = Some(Verdict { era: Era::Legacy, method: None, id: None, name: None });
+        return Ok(());
+    }
+    if method == http::Method::OPTIONS {
+        // CORS preflight: the upstream owns its CORS policy.
+        return Ok(());
+    }
+    Err(reject(EdgeError::MethodNotAllowed { method: method.to_string() }))
+}
+
+fn header_bytes(req: &RequestHeader) -> usize {
+    req.uri.to_string().len() + req.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum::<usize>()
+}
+
+fn check_content_type(req: &RequestHeader) -> std::result::Result<(), EdgeError> {
+    let ct = req.headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes()).unwrap_or(b"");
+    let essence = ct.split(|&c| c == b';').next().unwrap_or(b"");
+    if essence.trim_ascii().eq_ignore_ascii_case(b"application/json") {
+        Ok(())
+    } else {
+        Err(EdgeError::UnsupportedMediaType { content_type: String::from_utf8_lossy(ct).chars().take(100).collect() })
+    }
+}
+
+fn expects_continue(req: &RequestHeader) -> bool {
+    req.headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Map a Pingora failure to the edge error the client sees.
+fn classify_failure(e: &Error) -> EdgeError {
+    let detail = e.to_string();
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::ConnectTimedout | ErrorType::ConnectRefused | ErrorType::ConnectNoRoute | ErrorType::ConnectError) => {
+            EdgeError::ConnectFailed { detail }
+        }
+        (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => EdgeError::UpstreamTimeout { detail },
+        (ErrorSource::Upstream, _) => EdgeError::UpstreamError { detail },
+        (ErrorSource::Downstream, _) => EdgeError::ClientError { detail },
+        _ => EdgeError::Internal { detail },
+    }
+}
+
+/// Write an edge error response. Failures to write mean the client is gone; nothing to do.
+async fn respond(session: &mut Session, error: &EdgeError, id: Option<&Value>) {
+    let body: Bytes = error.body(id);
+    if !session.downstream_session.is_body_done() {
+        // The request body was not read: the connection cannot carry another request.
+        session.downstream_session.set_keepalive(None);
+    }
+    let Ok(mut resp) = ResponseHeader::build(error.status(), Some(4)) else { return };
+    let ok = resp.insert_header(http::header::CONTENT_TYPE, "application/json").is_ok()
+        && resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string()).is_ok()
+        && resp.insert_header(ERROR_HEADER, error.kind()).is_ok()
+        && (!matches!(error, EdgeError::MethodNotAllowed { .. })
+            || resp.insert_header(http::header::ALLOW, "GET, POST, DELETE, OPTIONS").is_ok());
+    if !ok {
+        return;
+    }
+    if session.write_response_header(Box::new(resp), false).await.is_ok() {
+        let _ = session.write_response_body(Some(body), true).await;
+    }
+}
+
+/// One JSON line per request. Never logs Authorization, session ids or tokens.
+fn log_access(session: &Session, ctx: &Ctx, outcome: &str) {
+    if !log::log_enabled!(target: "access", log::Level::Info) {
+        return;
+    }
+    let status = session.response_written().map(|r| r.status.as_u16());
+    let line = serde_json::json!({
+        "route": ctx.route_label(),
+        "http_method": session.req_header().method.as_str(),
+        "method": ctx.verdict.as_ref().and_then(|v| v.method.as_deref()).map(|m| mcp::method_label(Some(m))),
+        "name": ctx.verdict.as_ref().and_then(|v| v.name.as_deref()),
+        "era": ctx.era_label(),
+        "member": ctx.member().map(|m| m.label.as_str()),
+        "status": status,
+        "outcome": outcome,
+        "error": ctx.edge_error.as_ref().map(EdgeError::kind),
+        "duration_ms": ctx.started.elapsed().as_secs_f64() * 1000.0,
+        "bytes_sent": session.body_bytes_sent(),
+    });
+    log::info!(target: "access", "{line}");
+}
+

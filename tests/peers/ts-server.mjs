@@ -1,0 +1,220 @@
+#!/usr/bin/env node
+// Test peer: an official-TS-SDK MCP server on 127.0.0.1. See README.md for the contract.
+//   --mode modern|dual|legacy-session|legacy-sse  --instance NAME  --port N (0 = ephemeral)
+//   [--max-body BYTES]  (v2 modes only; SDK default 4 MiB)
+import { createHash, randomUUID } from 'node:crypto';
+import http from 'node:http';
+import { parseArgs } from 'node:util';
+import * as z from 'zod';
+import * as v2 from '@modelcontextprotocol/server';
+import { McpServer as V1McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+
+const { values: args } = parseArgs({
+    options: {
+        mode: { type: 'string', default: 'modern' },
+        instance: { type: 'string', default: 'ts' },
+        port: { type: 'string', default: '0' },
+        'max-body': { type: 'string' }
+    }
+});
+const MODES = ['modern', 'dual', 'legacy-session', 'legacy-sse'];
+if (!MODES.includes(args.mode)) {
+    console.error(`unknown --mode ${args.mode} (want ${MODES.join('|')})`);
+    process.exit(2);
+}
+const instance = args.instance;
+const isV2 = args.mode === 'modern' || args.mode === 'dual';
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+const text = t => ({ content: [{ type: 'text', text: t }] });
+
+// v1 handlers get `extra`, v2 handlers get `ctx` (ctx.mcpReq.*): normalise the bits we use.
+function reqInfo(x) {
+    if (x.mcpReq) {
+        const r = x.mcpReq;
+        return { signal: r.signal, token: r._meta?.progressToken, notify: n => r.notify(n), inputResponses: r.inputResponses };
+    }
+    return { signal: x.signal, token: x._meta?.progressToken, notify: n => x.sendNotification(n) };
+}
+
+function buildServer() {
+    const server = isV2
+        ? new v2.McpServer({ name: `ts-peer-${instance}`, version: '1.0.0' })
+        : new V1McpServer({ name: `ts-peer-${instance}`, version: '1.0.0' });
+
+    server.registerTool('echo', { description: 'echo text', inputSchema: z.object({ text: z.string() }) },
+        async ({ text: t }) => text(`${instance}:${t}`));
+    server.registerTool('whoami', { description: 'instance name' }, async () => text(instance));
+    server.registerTool('slow', { description: 'progress then done', inputSchema: z.object({ steps: z.number().int() }) },
+        async ({ steps }, extra) => {
+            const r = reqInfo(extra);
+            // progress i, then ~100 ms; the result thus trails the last progress (SDK clients drop a
+            // progress notification that arrives in the same read as the result).
+            for (let i = 1; i <= steps; i++) {
+                if (r.token !== undefined) {
+                    await r.notify({ method: 'notifications/progress', params: { progressToken: r.token, progress: i, total: steps } });
+                }
+                await sleep(100);
+            }
+            return text(`${instance}:done`);
+        });
+    server.registerTool('digest', { description: 'sha256 hex of data', inputSchema: z.object({ data: z.string() }) },
+        async ({ data }) => text(createHash('sha256').update(data, 'utf8').digest('hex')));
+    server.registerTool('hang', { description: 'never returns until aborted' }, async (extra) => {
+        const { signal } = reqInfo(extra);
+        await new Promise((_, reject) => {
+            const onAbort = () => {
+                process.stderr.write('ABORTED hang\n');
+                reject(new Error('aborted'));
+            };
+            if (signal.aborted) onAbort();
+            else signal.addEventListener('abort', onAbort, { once: true });
+        });
+    });
+    if (isV2) {
+        // MRTR (2026-07-28): first round returns input_required, the retry carries inputResponses.
+        server.registerTool('confirm', { description: 'MRTR elicitation round trip' }, async extra => {
+            const answer = v2.inputResponse(reqInfo(extra).inputResponses, 'confirm');
+            if (answer.kind === 'elicit') return text(`${instance}:${answer.action === 'accept' ? 'confirmed' : answer.action}`);
+            return v2.inputRequired({
+                inputRequests: {
+                    confirm: v2.inputRequired.elicit({
+                        message: `Confirm on ${instance}?`,
+                        requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } } }
+                    })
+                }
+            });
+        });
+    }
+    server.registerResource('info', 'mem://info', { mimeType: 'text/plain', description: 'instance name' },
+        async uri => ({ contents: [{ uri: uri.href, mimeType: 'text/plain', text: instance }] }));
+    const nameArg = { name: z.string() };
+    server.registerPrompt('greet', { description: 'greeting', argsSchema: isV2 ? z.object(nameArg) : nameArg },
+        async ({ name }) => ({ messages: [{ role: 'user', content: { type: 'text', text: `Hello ${name} from ${instance}` } }] }));
+    return server;
+}
+
+const jsonError = (res, status, code, message) => {
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+};
+
+async function readBody(req) {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    return Buffer.concat(chunks);
+}
+
+// ---- v2: fetch-style handler behind a minimal node:http adapter ------------------------------
+function v2Listener() {
+    const handler = v2.createMcpHandler(() => buildServer(), {
+        legacy: args.mode === 'modern' ? 'reject' : 'stateless',
+        ...(args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {}),
+        onerror: e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`)
+    });
+    return async (req, res) => {
+        const url = new URL(req.url, 'http://127.0.0.1');
+        if (url.pathname !== '/mcp') return jsonError(res, 404, -32000, 'Not found');
+        // Client disconnect (socket closed before we finished) => abort the Request => SDK cancels.
+        const abort = new AbortController();
+        res.on('close', () => { if (!res.writableFinished) abort.abort(); });
+        const headers = new Headers();
+        for (const [k, v] of Object.entries(req.headers)) {
+            for (const one of Array.isArray(v) ? v : [v]) headers.append(k, one);
+        }
+        const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
+        const request = new Request(url, {
+            method: req.method, headers, signal: abort.signal,
+            body: hasBody ? await readBody(req) : undefined
+        });
+        let response;
+        try {
+            response = await handler.fetch(request);
+        } catch (e) {
+            return jsonError(res, 500, -32603, `handler threw: ${e?.message ?? e}`);
+        }
+        const out = {};
+        response.headers.forEach((v, k) => { out[k] = v; });
+        res.writeHead(response.status, out);
+        res.flushHeaders(); // silent SSE streams must still send their headers
+        if (!response.body) return res.end();
+        const reader = response.body.getReader();
+        abort.signal.addEventListener('abort', () => reader.cancel().catch(() => {}), { once: true });
+        try {
+            for (;;) {
+                const { done, value } = await reader.read();
+                if (done) break;
+                res.write(value);
+            }
+        } catch { /* stream cancelled */ }
+        res.end();
+    };
+}
+
+// ---- v1: sessionful Streamable HTTP (2025-era) -----------------------------------------------
+function legacySessionListener() {
+    const transports = new Map();
+    return async (req, res) => {
+        if (new URL(req.url, 'http://127.0.0.1').pathname !== '/mcp') return jsonError(res, 404, -32000, 'Not found');
+        const sid = req.headers['mcp-session-id'];
+        if (sid) {
+            const t = transports.get(sid);
+            if (!t) return jsonError(res, 404, -32001, 'Session not found');
+            return t.handleRequest(req, res);
+        }
+        if (req.method === 'POST') {
+            const raw = await readBody(req);
+            let body;
+            try { body = JSON.parse(raw.toString('utf8')); } catch { return jsonError(res, 400, -32700, 'Parse error'); }
+            if (isInitializeRequest(body)) {
+                const t = new StreamableHTTPServerTransport({
+                    sessionIdGenerator: randomUUID,
+                    onsessioninitialized: id => transports.set(id, t)
+                });
+                t.onclose = () => { if (t.sessionId) transports.delete(t.sessionId); };
+                await buildServer().connect(t);
+                return t.handleRequest(req, res, body);
+            }
+        }
+        return jsonError(res, 400, -32000, 'Bad Request: No valid session ID provided');
+    };
+}
+
+// ---- v1: HTTP+SSE (2024-11-05) -------------------------------------------------------------
+function legacySseListener() {
+    const transports = new Map();
+    return async (req, res) => {
+        const url = new URL(req.url, 'http://127.0.0.1');
+        if (req.method === 'GET' && url.pathname === '/sse') {
+            const t = new SSEServerTransport('/messages', res);
+            transports.set(t.sessionId, t);
+            res.on('close', () => transports.delete(t.sessionId));
+            await buildServer().connect(t);
+            return;
+        }
+        if (req.method === 'POST' && url.pathname === '/messages') {
+            const t = transports.get(url.searchParams.get('sessionId') ?? '');
+            if (!t) return jsonError(res, 404, -32001, 'Session not found');
+            return t.handlePostMessage(req, res);
+        }
+        return jsonError(res, 404, -32000, 'Not found');
+    };
+}
+
+const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
+const httpServer = http.createServer((req, res) => {
+    process.stderr.write(`REQ ${req.method} ${req.url}\n`);
+    listener(req, res).catch(e => {
+        process.stderr.write(`ERROR ${e?.stack ?? e}\n`);
+        if (!res.headersSent) jsonError(res, 500, -32603, 'Internal error');
+        else res.end();
+    });
+});
+httpServer.listen(Number(args.port), '127.0.0.1', () => {
+    process.stdout.write(`LISTENING ${httpServer.address().port}\n`);
+});
+const stop = () => { httpServer.close(); process.exit(0); };
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);
