@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 PY=.venv/bin/python
 TMP=$(mktemp -d)
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
 pass=0 fail=0
 
 start() { # start NAME CMD... -> sets PORT

@@ -1,0 +1,149 @@
+//! Whole bodies are read and validated before the upstream is chosen, then reach it byte for
+//! byte: 1 MiB and 4 MiB `tools/call` over HTTP/1.1 and h2c, with Content-Length and with
+//! chunked (h1) or length-less (h2) framing. Also: refused members are skipped.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use common::mock::{sha256_hex, Behavior, Mock};
+use common::*;
+use serde_json::{json, Value};
+
+const MIB: usize = 1024 * 1024;
+
+/// A modern tools/call whose serialized form is exactly `size` bytes.
+fn body_of_size(size: usize) -> Vec<u8> {
+    let skeleton = modern_body(json!(42), "tools/call", json!({"name": "digest", "arguments": {"data": ""}})).to_string();
+    let pad = size - skeleton.len();
+    let body = modern_body(json!(42), "tools/call", json!({"name": "digest", "arguments": {"data": "x".repeat(pad)}}));
+    let bytes = body.to_string().into_bytes();
+    assert_eq!(bytes.len(), size);
+    bytes
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Framing {
+    Length,
+    Streamed,
+}
+
+async fn send(c: &reqwest::Client, url: &str, bytes: Vec<u8>, framing: Framing) -> reqwest::Response {
+    let body = match framing {
+        Framing::Length => reqwest::Body::from(bytes),
+        Framing::Streamed => {
+            let chunks: Vec<Result<Bytes, std::io::Error>> =
+                bytes.chunks(16 * 1024).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+        }
+    };
+    c.post(url)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "digest")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_bodies_arrive_byte_identical_in_every_framing() {
+    let mock = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&pool_and_route(&[mock.addr], ""));
+    for (proto, c) in [("h1", client()), ("h2c", h2c_client())] {
+        for size in [MIB, 4 * MIB] {
+            for framing in [Framing::Length, Framing::Streamed] {
+                let bytes = body_of_size(size);
+                let want = sha256_hex(&bytes);
+                let resp = send(&c, &edge.url(), bytes, framing).await;
+                let what = format!("{proto} {size} bytes {framing:?}");
+                assert_eq!(resp.status(), 200, "{what}");
+                let v: Value = resp.json().await.unwrap();
+                assert_eq!(v["result"]["len"], size, "{what}");
+                assert_eq!(v["result"]["sha256"], want, "{what}");
+                let seen = mock.last().unwrap();
+                assert_eq!(seen.body_sha256, want, "{what}");
+                if matches!((proto, framing), ("h1", Framing::Streamed)) {
+                    assert!(seen.head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{what}: {}", seen.head);
+                }
+            }
+        }
+    }
+    assert_eq!(mock.count(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_one_byte_over_the_limit_is_413_in_every_framing() {
+    let mock = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&format!("[limits]\nmax_body_bytes = {}\n\n{}", MIB, pool_and_route(&[mock.addr], "")));
+    for c in [client(), h2c_client()] {
+        for framing in [Framing::Length, Framing::Streamed] {
+            let resp = send(&c, &edge.url(), body_of_size(MIB + 1), framing).await;
+            assert_eq!(resp.status(), 413, "{framing:?}");
+            assert_eq!(resp.headers()["x-mcp-edge-error"], "body_too_large");
+            let ok = send(&c, &edge.url(), body_of_size(MIB), framing).await;
+            assert_eq!(ok.status(), 200, "exactly at the limit, {framing:?}");
+        }
+    }
+    assert_eq!(mock.count(), 4);
+}
+
+fn dead_addr() -> SocketAddr {
+    // Bound then dropped: connections are refused.
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_member_is_skipped_with_the_body_intact() {
+    let mock = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&pool_and_route(&[dead_addr(), mock.addr, dead_addr()], ""));
+    let c = client();
+    for i in 0..9 {
+        let bytes = body_of_size(200 * 1024 + i);
+        let want = sha256_hex(&bytes);
+        let resp = send(&c, &edge.url(), bytes, Framing::Streamed).await;
+        assert_eq!(resp.status(), 200, "request {i}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["result"]["sha256"], want);
+    }
+    assert_eq!(mock.count(), 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_member_refuses_the_client_gets_a_502() {
+    let edge = start_edge(&pool_and_route(&[dead_addr(), dead_addr()], ""));
+    let resp = modern_request(&client(), &edge.url(), &modern_body(json!(5), "tools/list", json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.headers()["x-mcp-edge-error"], "connect_failed");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["id"], 5);
+    assert_eq!(v["error"]["code"], -32603);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_is_answered_by_the_edge() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mock = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&pool_and_route(&[mock.addr], ""));
+    let body = modern_body(json!(1), "tools/list", json!({})).to_string();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nmcp-protocol-version: {MODERN}\r\nmcp-method: tools/list\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"), "{}", String::from_utf8_lossy(&buf[..n]));
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut resp = vec![0u8; 4096];
+    let n = s.read(&mut resp).await.unwrap();
+    assert!(String::from_utf8_lossy(&resp[..n]).starts_with("HTTP/1.1 200"));
+    assert!(!mock.last().unwrap().head.to_ascii_lowercase().contains("expect:"));
+}
