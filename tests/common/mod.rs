@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod mock;
+pub mod peers;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};

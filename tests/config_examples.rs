@@ -1,0 +1,47 @@
+//! Every shipped config validates with `mcp-edge --check`; a broken one fails naming the key.
+
+use std::process::Command;
+
+fn check(path: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mcp-edge")).arg("--check").arg(path).output().unwrap()
+}
+
+#[test]
+fn every_example_under_conf_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = check(&path);
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected the shipped examples, found {n}");
+}
+
+#[test]
+fn the_demo_config_is_valid() {
+    mcp_edge::config::Config::parse(&mcp_edge::demo::config_text(8080, [18081, 18082])).unwrap();
+}
+
+#[test]
+fn a_broken_config_fails_and_names_each_offending_key() {
+    let dir = std::env::temp_dir().join(format!("mcp-edge-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("[[listeners]]\naddress = \"0.0.0.0:8080\"\nbogus = 1\n", "bogus"),
+        ("[[listeners]]\naddress = \"nowhere\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "listeners[0].address"),
+        ("[[listeners]]\naddress = \"0.0.0.0:8080\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"q\"\n", "routes[0].pool"),
+        ("[[listeners]]\naddress = \"0.0.0.0:8080\"\n[limits]\nmax_body_bytes = 0\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "limits.max_body_bytes"),
+    ];
+    for (i, (text, key)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = check(&path);
+        assert!(!out.status.success(), "case {i} passed --check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(key), "case {i}: stderr does not name {key}: {stderr}");
+    }
+}
