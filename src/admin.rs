@@ -14,7 +14,11 @@ impl ServeHttp for Admin {
         let (status, content_type, body) = match session.req_header().uri.path() {
             "/metrics" => (200, "text/plain; version=0.0.4", crate::metrics::render()),
             "/healthz" | "/readyz" => (200, "text/plain", b"ok\n".to_vec()),
-            _ => (404, "text/plain", b"not found: try /metrics, /healthz or /readyz\n".to_vec()),
+            _ => (
+                404,
+                "text/plain",
+                b"not found: try /metrics, /healthz or /readyz\n".to_vec(),
+            ),
         };
         let mut resp = Response::new(body);
         *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
@@ -22,7 +26,8 @@ impl ServeHttp for Admin {
             resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
         }
         let len = resp.body().len();
-        resp.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+        resp.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
         resp
     }
 }

@@ -20,14 +20,17 @@ use pingora::protocols::http::custom::CustomMessageWrite;
 use pingora::protocols::http::{HttpTask, ServerSession};
 use pingora::protocols::l4::socket::SocketAddr;
 use pingora::protocols::Digest;
-use pingora::Result;
 use pingora::proxy::Session;
+use pingora::Result;
 use tokio::sync::oneshot;
 
 use crate::error::EdgeError;
 
 /// Read the whole request body, refusing more than `limit` bytes.
-pub async fn read_all(session: &mut Session, limit: usize) -> std::result::Result<Bytes, EdgeError> {
+pub async fn read_all(
+    session: &mut Session,
+    limit: usize,
+) -> std::result::Result<Bytes, EdgeError> {
     let declared = session
         .req_header()
         .headers
@@ -47,7 +50,11 @@ pub async fn read_all(session: &mut Session, limit: usize) -> std::result::Resul
                 buf.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(buf.freeze()),
-            Err(e) => return Err(EdgeError::ClientError { detail: e.to_string() }),
+            Err(e) => {
+                return Err(EdgeError::ClientError {
+                    detail: e.to_string(),
+                })
+            }
         }
     }
 }
@@ -59,17 +66,19 @@ pub type Handback = oneshot::Receiver<Box<ServerSession>>;
 pub fn install(session: &mut Session, body: Bytes) -> Handback {
     let (tx, rx) = oneshot::channel();
     let real = std::mem::replace(&mut session.downstream_session, detached());
-    session.downstream_session = Box::new(ServerSession::new_custom(Box::new(Replay {
+    *session.downstream_session = ServerSession::new_custom(Box::new(Replay {
         inner: real,
         body,
         handback: Some(tx),
-    })));
+    }));
     rx
 }
 
 /// Put the real session back (no-op when none was installed).
 pub async fn restore(session: &mut Session, handback: &mut Option<Handback>) {
-    let Some(mut rx) = handback.take() else { return };
+    let Some(mut rx) = handback.take() else {
+        return;
+    };
     if let Some(custom) = session.downstream_session.as_custom_mut() {
         // `finish_custom` is the Replay's hand-back hook (Pingora calls it only on custom
         // message writers, never on a downstream session).
@@ -217,7 +226,10 @@ impl CustomSession for Replay {
     fn take_custom_message_writer(&mut self) -> Option<Box<dyn CustomMessageWrite>> {
         None
     }
-    fn restore_custom_message_writer(&mut self, _writer: Box<dyn CustomMessageWrite>) -> Result<()> {
+    fn restore_custom_message_writer(
+        &mut self,
+        _writer: Box<dyn CustomMessageWrite>,
+    ) -> Result<()> {
         Ok(())
     }
 }

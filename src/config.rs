@@ -192,30 +192,69 @@ impl File {
         }
         for (i, l) in self.listeners.iter().enumerate() {
             match l.address.parse::<SocketAddr>() {
-                Ok(address) => listeners.push(Listener { address, h2c: l.h2c.unwrap_or(defaults::H2C) }),
-                Err(e) => errs.push(format!("listeners[{i}].address: '{}' is not an IP:port ({e})", l.address)),
+                Ok(address) => listeners.push(Listener {
+                    address,
+                    h2c: l.h2c.unwrap_or(defaults::H2C),
+                }),
+                Err(e) => errs.push(format!(
+                    "listeners[{i}].address: '{}' is not an IP:port ({e})",
+                    l.address
+                )),
             }
         }
         let metrics = self.metrics.as_ref().and_then(|m| match m.address.parse() {
             Ok(a) => Some(a),
             Err(e) => {
-                errs.push(format!("metrics.address: '{}' is not an IP:port ({e})", m.address));
+                errs.push(format!(
+                    "metrics.address: '{}' is not an IP:port ({e})",
+                    m.address
+                ));
                 None
             }
         });
 
         let limits = Limits {
-            max_body_bytes: positive(&mut errs, "limits.max_body_bytes", self.limits.max_body_bytes, defaults::MAX_BODY_BYTES),
-            max_header_bytes: positive(&mut errs, "limits.max_header_bytes", self.limits.max_header_bytes, defaults::MAX_HEADER_BYTES),
+            max_body_bytes: positive(
+                &mut errs,
+                "limits.max_body_bytes",
+                self.limits.max_body_bytes,
+                defaults::MAX_BODY_BYTES,
+            ),
+            max_header_bytes: positive(
+                &mut errs,
+                "limits.max_header_bytes",
+                self.limits.max_header_bytes,
+                defaults::MAX_HEADER_BYTES,
+            ),
         };
         let ms = |errs: &mut Vec<String>, key: &str, v: Option<u64>, d: u64| {
             Duration::from_millis(positive(errs, key, v.map(|v| v as usize), d as usize) as u64)
         };
         let timeouts = Timeouts {
-            connect: ms(&mut errs, "timeouts.connect_ms", self.timeouts.connect_ms, defaults::CONNECT_MS),
-            upstream_read: ms(&mut errs, "timeouts.upstream_read_ms", self.timeouts.upstream_read_ms, defaults::UPSTREAM_READ_MS),
-            idle: ms(&mut errs, "timeouts.idle_ms", self.timeouts.idle_ms, defaults::IDLE_MS),
-            request_body: ms(&mut errs, "timeouts.request_body_ms", self.timeouts.request_body_ms, defaults::REQUEST_BODY_MS),
+            connect: ms(
+                &mut errs,
+                "timeouts.connect_ms",
+                self.timeouts.connect_ms,
+                defaults::CONNECT_MS,
+            ),
+            upstream_read: ms(
+                &mut errs,
+                "timeouts.upstream_read_ms",
+                self.timeouts.upstream_read_ms,
+                defaults::UPSTREAM_READ_MS,
+            ),
+            idle: ms(
+                &mut errs,
+                "timeouts.idle_ms",
+                self.timeouts.idle_ms,
+                defaults::IDLE_MS,
+            ),
+            request_body: ms(
+                &mut errs,
+                "timeouts.request_body_ms",
+                self.timeouts.request_body_ms,
+                defaults::REQUEST_BODY_MS,
+            ),
         };
 
         let mut pools: HashMap<String, Arc<Pool>> = HashMap::new();
@@ -227,13 +266,18 @@ impl File {
                 errs.push(format!("pools[{i}].name: duplicate pool '{}'", p.name));
             }
             if p.members.is_empty() {
-                errs.push(format!("pools[{i}].members: pool '{}' needs at least one member", p.name));
+                errs.push(format!(
+                    "pools[{i}].members: pool '{}' needs at least one member",
+                    p.name
+                ));
             }
             let mut members = Vec::new();
             for (j, m) in p.members.iter().enumerate() {
                 match m.parse::<SocketAddr>() {
                     Ok(addr) => members.push(Member::new(addr)),
-                    Err(e) => errs.push(format!("pools[{i}].members[{j}]: '{m}' is not an IP:port ({e})")),
+                    Err(e) => errs.push(format!(
+                        "pools[{i}].members[{j}]: '{m}' is not an IP:port ({e})"
+                    )),
                 }
             }
             pools.insert(p.name.clone(), Arc::new(Pool::new(p.name.clone(), members)));
@@ -245,22 +289,32 @@ impl File {
         }
         for (i, r) in self.routes.iter().enumerate() {
             if !r.path.starts_with('/') {
-                errs.push(format!("routes[{i}].path: '{}' must start with '/'", r.path));
+                errs.push(format!(
+                    "routes[{i}].path: '{}' must start with '/'",
+                    r.path
+                ));
             }
             if routes.contains_key(&r.path) {
                 errs.push(format!("routes[{i}].path: duplicate route '{}'", r.path));
             }
             let versions = r.versions.clone().unwrap_or_else(defaults::versions);
             if versions.is_empty() {
-                errs.push(format!("routes[{i}].versions: must list at least one protocol version"));
+                errs.push(format!(
+                    "routes[{i}].versions: must list at least one protocol version"
+                ));
             }
             for (j, v) in versions.iter().enumerate() {
                 if !is_revision(v) {
-                    errs.push(format!("routes[{i}].versions[{j}]: '{v}' is not a protocol revision (YYYY-MM-DD)"));
+                    errs.push(format!(
+                        "routes[{i}].versions[{j}]: '{v}' is not a protocol revision (YYYY-MM-DD)"
+                    ));
                 }
             }
             for (j, o) in r.allowed_origins.iter().enumerate() {
-                if o != "*" && o != "null" && !(o.starts_with("http://") || o.starts_with("https://")) {
+                if o != "*"
+                    && o != "null"
+                    && !(o.starts_with("http://") || o.starts_with("https://"))
+                {
                     errs.push(format!("routes[{i}].allowed_origins[{j}]: '{o}' must be scheme://host[:port], 'null' or '*'"));
                 }
             }
@@ -294,14 +348,24 @@ impl File {
         Ok(Config {
             startup: Startup {
                 threads,
-                grace_period: Duration::from_secs(self.server.grace_period_seconds.unwrap_or(defaults::GRACE_PERIOD_SECONDS)),
+                grace_period: Duration::from_secs(
+                    self.server
+                        .grace_period_seconds
+                        .unwrap_or(defaults::GRACE_PERIOD_SECONDS),
+                ),
                 shutdown_timeout: Duration::from_secs(
-                    self.server.graceful_shutdown_timeout_seconds.unwrap_or(defaults::SHUTDOWN_TIMEOUT_SECONDS),
+                    self.server
+                        .graceful_shutdown_timeout_seconds
+                        .unwrap_or(defaults::SHUTDOWN_TIMEOUT_SECONDS),
                 ),
                 listeners,
                 metrics,
             },
-            runtime: Runtime { routes, limits, timeouts },
+            runtime: Runtime {
+                routes,
+                limits,
+                timeouts,
+            },
         })
     }
 }
@@ -322,7 +386,9 @@ fn is_revision(v: &str) -> bool {
     b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'
-        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -360,7 +426,9 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        let text = MINIMAL.replace("pool = \"main\"", "pool = \"nope\"").replace("127.0.0.1:9001", "not-an-addr");
+        let text = MINIMAL
+            .replace("pool = \"main\"", "pool = \"nope\"")
+            .replace("127.0.0.1:9001", "not-an-addr");
         let errs = Config::parse(&text).unwrap_err();
         let all = errs.join("\n");
         assert!(all.contains("routes[0].pool"), "{all}");

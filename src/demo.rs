@@ -24,10 +24,19 @@ pub struct DemoServer {
     pub requests: Arc<AtomicUsize>,
 }
 
-pub fn service(instance: &str, addr: SocketAddr) -> (Service<HttpServer<DemoServer>>, Arc<AtomicUsize>) {
+pub fn service(
+    instance: &str,
+    addr: SocketAddr,
+) -> (Service<HttpServer<DemoServer>>, Arc<AtomicUsize>) {
     let requests = Arc::new(AtomicUsize::new(0));
-    let app = DemoServer { instance: instance.to_string(), requests: requests.clone() };
-    let mut svc = Service::new(format!("demo upstream {instance}"), HttpServer::new_app(app));
+    let app = DemoServer {
+        instance: instance.to_string(),
+        requests: requests.clone(),
+    };
+    let mut svc = Service::new(
+        format!("demo upstream {instance}"),
+        HttpServer::new_app(app),
+    );
     svc.add_tcp(&addr.to_string());
     (svc, requests)
 }
@@ -37,14 +46,20 @@ impl ServeHttp for DemoServer {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if session.req_header().method != http::Method::POST {
-            return reply(405, &json!({"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Method not allowed."}}));
+            return reply(
+                405,
+                &json!({"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Method not allowed."}}),
+            );
         }
         let mut body = Vec::new();
         while let Ok(Some(chunk)) = session.read_request_body().await {
             body.extend_from_slice(&chunk);
         }
         let Ok(req) = serde_json::from_slice::<Value>(&body) else {
-            return reply(400, &json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}));
+            return reply(
+                400,
+                &json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}),
+            );
         };
         let id = req.get("id").cloned().unwrap_or(Value::Null);
         if req.get("id").is_none() {
@@ -53,9 +68,10 @@ impl ServeHttp for DemoServer {
         let method = req.get("method").and_then(Value::as_str).unwrap_or("");
         match self.answer(method, &req) {
             Ok(result) => reply(200, &json!({"jsonrpc":"2.0","id":id,"result":result})),
-            Err((status, code, message)) => {
-                reply(status, &json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}))
-            }
+            Err((status, code, message)) => reply(
+                status,
+                &json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}),
+            ),
         }
     }
 }
@@ -89,7 +105,10 @@ impl DemoServer {
             "tools/call" => {
                 let text = match params.get("name").and_then(Value::as_str) {
                     Some("echo") => {
-                        let said = params.pointer("/arguments/text").and_then(Value::as_str).unwrap_or("");
+                        let said = params
+                            .pointer("/arguments/text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
                         format!("{}: {said}", self.instance)
                     }
                     Some("whoami") => self.instance.clone(),
@@ -103,12 +122,20 @@ impl DemoServer {
 }
 
 fn reply(status: u16, body: &Value) -> Response<Vec<u8>> {
-    let bytes = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
     let mut resp = Response::new(bytes);
-    *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    *resp.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     let len = resp.body().len();
     let headers = resp.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
     resp
 }
@@ -167,7 +194,9 @@ pub fn run(port: u16) -> ExitCode {
     };
     let mut built = crate::build_server(config);
     for (name, p) in [("member-a", members[0]), ("member-b", members[1])] {
-        built.server.add_service(service(name, SocketAddr::from(([127, 0, 0, 1], p))).0);
+        built
+            .server
+            .add_service(service(name, SocketAddr::from(([127, 0, 0, 1], p))).0);
     }
     print_walkthrough(port, members);
     built.server.run_forever()

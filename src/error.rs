@@ -26,9 +26,15 @@ pub mod code {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EdgeError {
     /// A routing header is missing, duplicated, undecodable or differs from the body.
-    HeaderMismatch { header: &'static str, detail: String },
+    HeaderMismatch {
+        header: &'static str,
+        detail: String,
+    },
     /// The body's protocol version is not accepted by the route.
-    UnsupportedVersion { supported: Vec<String>, requested: Option<String> },
+    UnsupportedVersion {
+        supported: Vec<String>,
+        requested: Option<String>,
+    },
     /// `Origin` present and not on the route's allowlist.
     OriginRejected { origin: String },
     /// Body is not JSON.
@@ -188,7 +194,10 @@ impl EdgeError {
 
     fn data(&self) -> Option<Value> {
         match self {
-            EdgeError::UnsupportedVersion { supported, requested } => {
+            EdgeError::UnsupportedVersion {
+                supported,
+                requested,
+            } => {
                 let mut data = json!({ "supported": supported });
                 if let Some(r) = requested {
                     data["requested"] = json!(r);
@@ -231,11 +240,21 @@ mod tests {
     #[test]
     fn every_kind_is_listed() {
         let samples = [
-            EdgeError::HeaderMismatch { header: crate::mcp::headers::NAME, detail: String::new() },
-            EdgeError::UnsupportedVersion { supported: vec![], requested: None },
-            EdgeError::OriginRejected { origin: String::new() },
+            EdgeError::HeaderMismatch {
+                header: crate::mcp::headers::NAME,
+                detail: String::new(),
+            },
+            EdgeError::UnsupportedVersion {
+                supported: vec![],
+                requested: None,
+            },
+            EdgeError::OriginRejected {
+                origin: String::new(),
+            },
             EdgeError::BodyTooLarge { limit: 1 },
-            EdgeError::UpstreamTimeout { detail: String::new() },
+            EdgeError::UpstreamTimeout {
+                detail: String::new(),
+            },
         ];
         for e in samples {
             assert!(EdgeError::KINDS.contains(&e.kind()), "{} missing", e.kind());
@@ -257,7 +276,9 @@ mod tests {
 
     #[test]
     fn origin_rejection_has_null_id() {
-        let e = EdgeError::OriginRejected { origin: "https://evil.example".into() };
+        let e = EdgeError::OriginRejected {
+            origin: "https://evil.example".into(),
+        };
         let v: Value = serde_json::from_slice(&e.body(Some(&json!(3)))).unwrap();
         assert_eq!(v["id"], Value::Null);
         assert_eq!(e.status(), 403);

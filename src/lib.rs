@@ -63,7 +63,10 @@ pub fn build_server(config: Config) -> Built {
         server.add_service(service);
     }
     if let Some(addr) = startup.metrics {
-        let mut admin = Service::new("mcp-edge admin".to_string(), HttpServer::new_app(admin::Admin));
+        let mut admin = Service::new(
+            "mcp-edge admin".to_string(),
+            HttpServer::new_app(admin::Admin),
+        );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);
     }
@@ -95,8 +98,16 @@ impl EdgeHandle {
         let Built { server, runtime } = build_server(config);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let signal = StopSignal(std::sync::Mutex::new(Some(rx)));
-        let thread = std::thread::spawn(move || server.run(RunArgs { shutdown_signal: Box::new(signal) }));
-        EdgeHandle { stop: Some(tx), thread: Some(thread), runtime }
+        let thread = std::thread::spawn(move || {
+            server.run(RunArgs {
+                shutdown_signal: Box::new(signal),
+            })
+        });
+        EdgeHandle {
+            stop: Some(tx),
+            thread: Some(thread),
+            runtime,
+        }
     }
 
     pub fn stop(&mut self) {

@@ -2,7 +2,7 @@
 //! `demo` starts the edge in front of two built-in MCP servers.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use mcp_edge::config::Config;
@@ -20,7 +20,12 @@ usage:
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["--check", file] => check(&PathBuf::from(file)),
         ["--config", file] => run(&PathBuf::from(file)),
         ["demo"] => mcp_edge::demo::run(8080),
@@ -45,7 +50,7 @@ fn usage_error(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|errs| {
         eprintln!("mcp-edge: {} is not a valid configuration:", path.display());
         for e in errs {
@@ -55,7 +60,7 @@ fn load(path: &PathBuf) -> Result<Config, ExitCode> {
     })
 }
 
-fn check(path: &PathBuf) -> ExitCode {
+fn check(path: &Path) -> ExitCode {
     match load(path) {
         Ok(_) => {
             println!("{}: ok", path.display());
@@ -65,7 +70,7 @@ fn check(path: &PathBuf) -> ExitCode {
     }
 }
 
-fn run(path: &PathBuf) -> ExitCode {
+fn run(path: &Path) -> ExitCode {
     let config = match load(path) {
         Ok(c) => c,
         Err(code) => return code,

@@ -29,8 +29,9 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
 }
 
-const LATENCY_BUCKETS: &[f64] =
-    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 fn build() -> Result<Metrics, prometheus::Error> {
     let registry = Registry::new();
@@ -81,7 +82,9 @@ fn build() -> Result<Metrics, prometheus::Error> {
         )?,
         registry,
     };
-    m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    m.build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
     for kind in crate::error::EdgeError::KINDS {
         m.edge_errors.with_label_values(&[kind]).inc_by(0);
     }

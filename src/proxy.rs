@@ -18,8 +18,8 @@ use serde_json::Value;
 use crate::body;
 use crate::config::{Route, Runtime};
 use crate::error::{EdgeError, ERROR_HEADER};
-use crate::mcp::rules::{self, Era, Rejection, Verdict};
 use crate::mcp;
+use crate::mcp::rules::{self, Era, Rejection, Verdict};
 use crate::metrics;
 
 /// The edge: reads the current runtime snapshot once per request.
@@ -103,9 +103,16 @@ impl ProxyHttp for Edge {
             return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
         };
         let Some(index) = route.pool.pick(&ctx.tried) else {
-            let detail = format!("all {} members of pool '{}' failed", route.pool.members.len(), route.pool.name);
+            let detail = format!(
+                "all {} members of pool '{}' failed",
+                route.pool.members.len(),
+                route.pool.name
+            );
             ctx.edge_error = Some(EdgeError::ConnectFailed { detail });
-            return Err(Error::explain(ErrorType::ConnectError, "no pool member left to try"));
+            return Err(Error::explain(
+                ErrorType::ConnectError,
+                "no pool member left to try",
+            ));
         };
         ctx.tried.push(index);
         ctx.upstream_started = Some(Instant::now());
@@ -121,40 +128,76 @@ impl ProxyHttp for Edge {
         Ok(Box::new(peer))
     }
 
-    fn fail_to_connect(&self, _session: &mut Session, peer: &HttpPeer, ctx: &mut Ctx, mut e: Box<Error>) -> Box<Error> {
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        peer: &HttpPeer,
+        ctx: &mut Ctx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
         // Nothing reached this member, so another one may take the request.
-        let left = ctx.route.as_ref().is_some_and(|r| ctx.tried.len() < r.pool.members.len());
-        log::warn!("upstream {} failed to connect: {}; retrying elsewhere: {left}", peer._address, e.etype().as_str());
+        let left = ctx
+            .route
+            .as_ref()
+            .is_some_and(|r| ctx.tried.len() < r.pool.members.len());
+        log::warn!(
+            "upstream {} failed to connect: {}; retrying elsewhere: {left}",
+            peer._address,
+            e.etype().as_str()
+        );
         e.set_retry(left);
         if !left {
-            ctx.edge_error = Some(EdgeError::ConnectFailed { detail: format!("{}: {}", peer._address, e.etype().as_str()) });
+            ctx.edge_error = Some(EdgeError::ConnectFailed {
+                detail: format!("{}: {}", peer._address, e.etype().as_str()),
+            });
         }
         e
     }
 
-    async fn upstream_request_filter(&self, session: &mut Session, upstream: &mut RequestHeader, ctx: &mut Ctx) -> Result<()> {
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
         if ctx.answered_continue {
             upstream.remove_header(&http::header::EXPECT);
         }
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
         if upstream.headers.get(http::header::HOST).is_none() {
-            if let Some(authority) = session.req_header().uri.authority().map(|a| a.as_str().to_owned()) {
+            if let Some(authority) = session
+                .req_header()
+                .uri
+                .authority()
+                .map(|a| a.as_str().to_owned())
+            {
                 upstream.insert_header(http::header::HOST, authority)?;
             }
         }
         Ok(())
     }
 
-    async fn upstream_response_filter(&self, _session: &mut Session, resp: &mut ResponseHeader, ctx: &mut Ctx) -> Result<()> {
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
         let status = resp.status.as_u16();
         ctx.upstream_status = Some(status);
         let m = metrics::get();
         if let (Some(route), Some(member)) = (ctx.route.as_ref(), ctx.member()) {
             if let Some(t) = ctx.upstream_started {
-                m.upstream_latency.with_label_values(&[&route.pool.name]).observe(t.elapsed().as_secs_f64());
+                m.upstream_latency
+                    .with_label_values(&[&route.pool.name])
+                    .observe(t.elapsed().as_secs_f64());
             }
             m.upstream_responses
-                .with_label_values(&[&route.pool.name, &member.label, metrics::status_class(status)])
+                .with_label_values(&[
+                    &route.pool.name,
+                    &member.label,
+                    metrics::status_class(status),
+                ])
                 .inc();
         }
         let is_sse = resp
@@ -171,13 +214,19 @@ impl ProxyHttp for Edge {
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
         // A client closing its stream is how MCP cancels; not an error worth a log line.
         e.esource() == &ErrorSource::Downstream
-            && matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError)
+            && matches!(
+                e.etype(),
+                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+            )
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let error = ctx.edge_error.take().unwrap_or_else(|| classify_failure(e));
         let client_gone = matches!(error, EdgeError::ClientError { .. })
-            && matches!(e.etype(), ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError);
+            && matches!(
+                e.etype(),
+                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+            );
         let code = if session.response_written().is_some() || client_gone {
             // Too late for an error response: the stream is cut, which the client sees.
             0
@@ -187,7 +236,10 @@ impl ProxyHttp for Edge {
             error.status()
         };
         ctx.edge_error = Some(error);
-        FailToProxy { error_code: code, can_reuse_downstream: false }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
@@ -203,7 +255,12 @@ impl ProxyHttp for Edge {
             m.edge_errors.with_label_values(&[err.kind()]).inc();
         }
         m.requests
-            .with_label_values(&[ctx.route_label(), ctx.method_label(), ctx.era_label(), outcome])
+            .with_label_values(&[
+                ctx.route_label(),
+                ctx.method_label(),
+                ctx.era_label(),
+                outcome,
+            ])
             .inc();
         m.request_duration
             .with_label_values(&[ctx.route_label(), ctx.era_label()])
@@ -217,19 +274,29 @@ impl ProxyHttp for Edge {
 
 /// Everything that happens before an upstream is chosen. An `Err` is answered by the edge and
 /// never reaches an upstream.
-async fn admit(session: &mut Session, ctx: &mut Ctx, snapshot: &Runtime) -> std::result::Result<(), Rejection> {
+async fn admit(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    snapshot: &Runtime,
+) -> std::result::Result<(), Rejection> {
     let reject = |error: EdgeError| Rejection { error, id: None };
     let limits = snapshot.limits;
     let timeouts = snapshot.timeouts;
-    session.downstream_session.set_keepalive(Some(timeouts.idle.as_secs().max(1)));
+    session
+        .downstream_session
+        .set_keepalive(Some(timeouts.idle.as_secs().max(1)));
 
     let req = session.req_header();
     if header_bytes(req) > limits.max_header_bytes {
-        return Err(reject(EdgeError::HeadersTooLarge { limit: limits.max_header_bytes }));
+        return Err(reject(EdgeError::HeadersTooLarge {
+            limit: limits.max_header_bytes,
+        }));
     }
     let path = req.uri.path();
     let Some(route) = snapshot.route(path).cloned() else {
-        return Err(reject(EdgeError::NoRoute { path: path.chars().take(200).collect() }));
+        return Err(reject(EdgeError::NoRoute {
+            path: path.chars().take(200).collect(),
+        }));
     };
     ctx.route = Some(route.clone());
     route.origins.check(&req.headers).map_err(reject)?;
@@ -243,10 +310,18 @@ async fn admit(session: &mut Session, ctx: &mut Ctx, snapshot: &Runtime) -> std:
                 .downstream_session
                 .write_continue_response()
                 .await
-                .map_err(|e| reject(EdgeError::ClientError { detail: e.to_string() }))?;
+                .map_err(|e| {
+                    reject(EdgeError::ClientError {
+                        detail: e.to_string(),
+                    })
+                })?;
         }
-        session.downstream_session.set_read_timeout(Some(timeouts.request_body));
-        let bytes = body::read_all(session, limits.max_body_bytes).await.map_err(reject)?;
+        session
+            .downstream_session
+            .set_read_timeout(Some(timeouts.request_body));
+        let bytes = body::read_all(session, limits.max_body_bytes)
+            .await
+            .map_err(reject)?;
         let verdict = rules::check_post(&session.req_header().headers, &bytes, &route.versions)?;
         ctx.verdict = Some(verdict);
         if !bytes.is_empty() {
@@ -256,29 +331,52 @@ async fn admit(session: &mut Session, ctx: &mut Ctx, snapshot: &Runtime) -> std:
     }
     if method == http::Method::GET || method == http::Method::DELETE {
         if !route.versions.accepts_legacy() {
-            return Err(reject(EdgeError::MethodNotAllowed { method: method.to_string() }));
+            return Err(reject(EdgeError::MethodNotAllowed {
+                method: method.to_string(),
+            }));
         }
-        ctx.verdict = Some(Verdict { era: Era::Legacy, method: None, id: None, name: None });
+        ctx.verdict = Some(Verdict {
+            era: Era::Legacy,
+            method: None,
+            id: None,
+            name: None,
+        });
         return Ok(());
     }
     if method == http::Method::OPTIONS {
         // CORS preflight: the upstream owns its CORS policy.
         return Ok(());
     }
-    Err(reject(EdgeError::MethodNotAllowed { method: method.to_string() }))
+    Err(reject(EdgeError::MethodNotAllowed {
+        method: method.to_string(),
+    }))
 }
 
 fn header_bytes(req: &RequestHeader) -> usize {
-    req.uri.to_string().len() + req.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum::<usize>()
+    req.uri.to_string().len()
+        + req
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum::<usize>()
 }
 
 fn check_content_type(req: &RequestHeader) -> std::result::Result<(), EdgeError> {
-    let ct = req.headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes()).unwrap_or(b"");
+    let ct = req
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| v.as_bytes())
+        .unwrap_or(b"");
     let essence = ct.split(|&c| c == b';').next().unwrap_or(b"");
-    if essence.trim_ascii().eq_ignore_ascii_case(b"application/json") {
+    if essence
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"application/json")
+    {
         Ok(())
     } else {
-        Err(EdgeError::UnsupportedMediaType { content_type: String::from_utf8_lossy(ct).chars().take(100).collect() })
+        Err(EdgeError::UnsupportedMediaType {
+            content_type: String::from_utf8_lossy(ct).chars().take(100).collect(),
+        })
     }
 }
 
@@ -292,10 +390,16 @@ fn expects_continue(req: &RequestHeader) -> bool {
 fn classify_failure(e: &Error) -> EdgeError {
     let detail = e.to_string();
     match (e.esource(), e.etype()) {
-        (_, ErrorType::ConnectTimedout | ErrorType::ConnectRefused | ErrorType::ConnectNoRoute | ErrorType::ConnectError) => {
-            EdgeError::ConnectFailed { detail }
+        (
+            _,
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError,
+        ) => EdgeError::ConnectFailed { detail },
+        (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => {
+            EdgeError::UpstreamTimeout { detail }
         }
-        (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => EdgeError::UpstreamTimeout { detail },
         (ErrorSource::Upstream, _) => EdgeError::UpstreamError { detail },
         (ErrorSource::Downstream, _) => EdgeError::ClientError { detail },
         _ => EdgeError::Internal { detail },
@@ -309,16 +413,28 @@ async fn respond(session: &mut Session, error: &EdgeError, id: Option<&Value>) {
         // The request body was not read: the connection cannot carry another request.
         session.downstream_session.set_keepalive(None);
     }
-    let Ok(mut resp) = ResponseHeader::build(error.status(), Some(4)) else { return };
-    let ok = resp.insert_header(http::header::CONTENT_TYPE, "application/json").is_ok()
-        && resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string()).is_ok()
+    let Ok(mut resp) = ResponseHeader::build(error.status(), Some(4)) else {
+        return;
+    };
+    let ok = resp
+        .insert_header(http::header::CONTENT_TYPE, "application/json")
+        .is_ok()
+        && resp
+            .insert_header(http::header::CONTENT_LENGTH, body.len().to_string())
+            .is_ok()
         && resp.insert_header(ERROR_HEADER, error.kind()).is_ok()
         && (!matches!(error, EdgeError::MethodNotAllowed { .. })
-            || resp.insert_header(http::header::ALLOW, "GET, POST, DELETE, OPTIONS").is_ok());
+            || resp
+                .insert_header(http::header::ALLOW, "GET, POST, DELETE, OPTIONS")
+                .is_ok());
     if !ok {
         return;
     }
-    if session.write_response_header(Box::new(resp), false).await.is_ok() {
+    if session
+        .write_response_header(Box::new(resp), false)
+        .await
+        .is_ok()
+    {
         let _ = session.write_response_body(Some(body), true).await;
     }
 }
@@ -344,4 +460,3 @@ fn log_access(session: &Session, ctx: &Ctx, outcome: &str) {
     });
     log::info!(target: "access", "{line}");
 }
-

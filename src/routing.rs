@@ -14,7 +14,10 @@ pub struct Member {
 
 impl Member {
     pub fn new(addr: SocketAddr) -> Self {
-        Member { addr, label: addr.to_string() }
+        Member {
+            addr,
+            label: addr.to_string(),
+        }
     }
 }
 
@@ -28,7 +31,11 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(name: String, members: Vec<Member>) -> Self {
-        Pool { name, members, next: AtomicUsize::new(0) }
+        Pool {
+            name,
+            members,
+            next: AtomicUsize::new(0),
+        }
     }
 
     /// The next member in round-robin order that is not in `skip` (indices of members this
@@ -48,7 +55,9 @@ mod tests {
     use super::*;
 
     fn pool(n: u16) -> Pool {
-        let members = (0..n).map(|i| Member::new(SocketAddr::from(([127, 0, 0, 1], 9000 + i)))).collect();
+        let members = (0..n)
+            .map(|i| Member::new(SocketAddr::from(([127, 0, 0, 1], 9000 + i))))
+            .collect();
         Pool::new("p".into(), members)
     }
 

@@ -15,9 +15,18 @@ const MIB: usize = 1024 * 1024;
 
 /// A modern tools/call whose serialized form is exactly `size` bytes.
 fn body_of_size(size: usize) -> Vec<u8> {
-    let skeleton = modern_body(json!(42), "tools/call", json!({"name": "digest", "arguments": {"data": ""}})).to_string();
+    let skeleton = modern_body(
+        json!(42),
+        "tools/call",
+        json!({"name": "digest", "arguments": {"data": ""}}),
+    )
+    .to_string();
     let pad = size - skeleton.len();
-    let body = modern_body(json!(42), "tools/call", json!({"name": "digest", "arguments": {"data": "x".repeat(pad)}}));
+    let body = modern_body(
+        json!(42),
+        "tools/call",
+        json!({"name": "digest", "arguments": {"data": "x".repeat(pad)}}),
+    );
     let bytes = body.to_string().into_bytes();
     assert_eq!(bytes.len(), size);
     bytes
@@ -29,12 +38,19 @@ enum Framing {
     Streamed,
 }
 
-async fn send(c: &reqwest::Client, url: &str, bytes: Vec<u8>, framing: Framing) -> reqwest::Response {
+async fn send(
+    c: &reqwest::Client,
+    url: &str,
+    bytes: Vec<u8>,
+    framing: Framing,
+) -> reqwest::Response {
     let body = match framing {
         Framing::Length => reqwest::Body::from(bytes),
         Framing::Streamed => {
-            let chunks: Vec<Result<Bytes, std::io::Error>> =
-                bytes.chunks(16 * 1024).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+                .chunks(16 * 1024)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
             reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
         }
     };
@@ -67,7 +83,13 @@ async fn big_bodies_arrive_byte_identical_in_every_framing() {
                 let seen = mock.last().unwrap();
                 assert_eq!(seen.body_sha256, want, "{what}");
                 if matches!((proto, framing), ("h1", Framing::Streamed)) {
-                    assert!(seen.head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{what}: {}", seen.head);
+                    assert!(
+                        seen.head
+                            .to_ascii_lowercase()
+                            .contains("transfer-encoding: chunked"),
+                        "{what}: {}",
+                        seen.head
+                    );
                 }
             }
         }
@@ -78,7 +100,11 @@ async fn big_bodies_arrive_byte_identical_in_every_framing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_one_byte_over_the_limit_is_413_in_every_framing() {
     let mock = Mock::start(Behavior::Json).await;
-    let edge = start_edge(&format!("[limits]\nmax_body_bytes = {}\n\n{}", MIB, pool_and_route(&[mock.addr], "")));
+    let edge = start_edge(&format!(
+        "[limits]\nmax_body_bytes = {}\n\n{}",
+        MIB,
+        pool_and_route(&[mock.addr], "")
+    ));
     for c in [client(), h2c_client()] {
         for framing in [Framing::Length, Framing::Streamed] {
             let resp = send(&c, &edge.url(), body_of_size(MIB + 1), framing).await;
@@ -115,10 +141,14 @@ async fn a_refusing_member_is_skipped_with_the_body_intact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_member_refuses_the_client_gets_a_502() {
     let edge = start_edge(&pool_and_route(&[dead_addr(), dead_addr()], ""));
-    let resp = modern_request(&client(), &edge.url(), &modern_body(json!(5), "tools/list", json!({})))
-        .send()
-        .await
-        .unwrap();
+    let resp = modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(5), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 502);
     assert_eq!(resp.headers()["x-mcp-edge-error"], "connect_failed");
     let v: Value = resp.json().await.unwrap();
@@ -132,7 +162,9 @@ async fn expect_100_continue_is_answered_by_the_edge() {
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
     let body = modern_body(json!(1), "tools/list", json!({})).to_string();
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
+        .await
+        .unwrap();
     let head = format!(
         "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nmcp-protocol-version: {MODERN}\r\nmcp-method: tools/list\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
@@ -140,10 +172,19 @@ async fn expect_100_continue_is_answered_by_the_edge() {
     s.write_all(head.as_bytes()).await.unwrap();
     let mut buf = vec![0u8; 64];
     let n = s.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"), "{}", String::from_utf8_lossy(&buf[..n]));
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
     s.write_all(body.as_bytes()).await.unwrap();
     let mut resp = vec![0u8; 4096];
     let n = s.read(&mut resp).await.unwrap();
     assert!(String::from_utf8_lossy(&resp[..n]).starts_with("HTTP/1.1 200"));
-    assert!(!mock.last().unwrap().head.to_ascii_lowercase().contains("expect:"));
+    assert!(!mock
+        .last()
+        .unwrap()
+        .head
+        .to_ascii_lowercase()
+        .contains("expect:"));
 }

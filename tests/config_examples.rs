@@ -3,7 +3,11 @@
 use std::process::Command;
 
 fn check(path: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mcp-edge")).arg("--check").arg(path).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        .arg("--check")
+        .arg(path)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -14,7 +18,12 @@ fn every_example_under_conf_is_valid() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let out = check(&path);
-            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
             n += 1;
         }
     }
@@ -42,6 +51,9 @@ fn a_broken_config_fails_and_names_each_offending_key() {
         let out = check(&path);
         assert!(!out.status.success(), "case {i} passed --check");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(key), "case {i}: stderr does not name {key}: {stderr}");
+        assert!(
+            stderr.contains(key),
+            "case {i}: stderr does not name {key}: {stderr}"
+        );
     }
 }

@@ -31,7 +31,9 @@ fn std_headers(method: &str, name: Option<&str>) -> Vec<(&'static str, String)> 
 }
 
 fn cases() -> Vec<Case> {
-    let call = |id: Value, name: &str| modern_body(id, "tools/call", json!({"name": name, "arguments": {}})).to_string();
+    let call = |id: Value, name: &str| {
+        modern_body(id, "tools/call", json!({"name": name, "arguments": {}})).to_string()
+    };
     vec![
         Case { what: "Mcp-Name mismatch", headers: std_headers("tools/call", Some("foo")), body: call(json!(1), "bar"), status: 400, code: -32020, id: json!(1), kind: "header_mismatch_name" },
         Case { what: "Mcp-Name missing", headers: std_headers("tools/call", None), body: call(json!("s-1"), "bar"), status: 400, code: -32020, id: json!("s-1"), kind: "header_mismatch_name" },
@@ -64,7 +66,9 @@ async fn every_edge_error_is_exact_and_never_reaches_the_upstream() {
         let resp = rb.body(case.body.clone()).send().await.unwrap();
         assert_eq!(resp.status().as_u16(), case.status, "{}", case.what);
         assert_eq!(
-            resp.headers().get("x-mcp-edge-error").and_then(|v| v.to_str().ok()),
+            resp.headers()
+                .get("x-mcp-edge-error")
+                .and_then(|v| v.to_str().ok()),
             Some(case.kind),
             "{}",
             case.what
@@ -77,11 +81,15 @@ async fn every_edge_error_is_exact_and_never_reaches_the_upstream() {
     assert_eq!(mock.count(), 0, "a rejected request reached the upstream");
 
     // The same edge forwards a valid request, so the zero above is not a dead upstream.
-    let ok = modern_request(&c, &edge.url(), &modern_body(json!(11), "tools/list", json!({})))
-        .header("origin", "https://app.example")
-        .send()
-        .await
-        .unwrap();
+    let ok = modern_request(
+        &c,
+        &edge.url(),
+        &modern_body(json!(11), "tools/list", json!({})),
+    )
+    .header("origin", "https://app.example")
+    .send()
+    .await
+    .unwrap();
     assert_eq!(ok.status(), 200);
     assert!(ok.headers().get("x-mcp-edge-error").is_none());
     assert_eq!(mock.count(), 1);
@@ -104,9 +112,17 @@ async fn unsupported_version_lists_the_routes_versions() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["id"], 0);
     assert_eq!(v["error"]["code"], -32022);
-    assert_eq!(v["error"]["data"], json!({"supported":["2026-07-28"],"requested":"2025-11-25"}));
+    assert_eq!(
+        v["error"]["data"],
+        json!({"supported":["2026-07-28"],"requested":"2025-11-25"})
+    );
     // GET (legacy SSE) on a modern-only route.
-    let resp = c.get(edge.url()).header("accept", "text/event-stream").send().await.unwrap();
+    let resp = c
+        .get(edge.url())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 405);
     assert_eq!(mock.count(), 0);
 }
@@ -116,7 +132,12 @@ async fn unknown_path_and_method() {
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
     let c = client();
-    let resp = c.post(format!("http://127.0.0.1:{}/other", edge.port)).body("{}").send().await.unwrap();
+    let resp = c
+        .post(format!("http://127.0.0.1:{}/other", edge.port))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     assert_eq!(resp.headers()["x-mcp-edge-error"], "no_route");
     let resp = c.put(edge.url()).body("{}").send().await.unwrap();
@@ -130,10 +151,14 @@ async fn upstream_errors_pass_through_untouched() {
     let text = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Session not found"}}"#;
     let mock = Mock::start(Behavior::Status(404, text.to_string())).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
-    let resp = modern_request(&client(), &edge.url(), &modern_body(json!(1), "tools/list", json!({})))
-        .send()
-        .await
-        .unwrap();
+    let resp = modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(1), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 404);
     assert!(resp.headers().get("x-mcp-edge-error").is_none());
     assert_eq!(resp.headers()["x-upstream"], "yes");
@@ -144,10 +169,14 @@ async fn upstream_errors_pass_through_untouched() {
 async fn garbage_from_the_upstream_is_a_marked_502() {
     let mock = Mock::start(Behavior::Garbage).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
-    let resp = modern_request(&client(), &edge.url(), &modern_body(json!(1), "tools/list", json!({})))
-        .send()
-        .await
-        .unwrap();
+    let resp = modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(1), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 502);
     assert_eq!(resp.headers()["x-mcp-edge-error"], "upstream_error");
     let v: Value = resp.json().await.unwrap();

@@ -17,19 +17,48 @@ fn assert_run(what: &str, out: &Value, era: &str, pool: &[&Peer], expect_confirm
     if era == "modern" {
         assert_eq!(out["protocolVersion"], MODERN, "{what}: {out}");
     }
-    let tools: Vec<&str> = out["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let tools: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     for t in ["echo", "slow", "digest"] {
         assert!(tools.contains(&t), "{what}: tools {tools:?}");
     }
     let instances: Vec<&str> = pool.iter().map(|p| p.instance.as_str()).collect();
     let echo = out["echo"].as_str().unwrap_or_default();
-    assert!(instances.iter().any(|i| echo == format!("{i}:hi")), "{what}: echo {echo}");
-    assert_eq!(out["progress"], 3, "{what}: progress notifications over SSE");
-    assert!(out["slow"].as_str().unwrap_or_default().ends_with(":done"), "{what}");
-    assert!(instances.contains(&out["resource"].as_str().unwrap_or_default()), "{what}: resource");
-    assert!(out["prompt"].as_str().unwrap_or_default().starts_with("Hello edge from "), "{what}: prompt");
+    assert!(
+        instances.iter().any(|i| echo == format!("{i}:hi")),
+        "{what}: echo {echo}"
+    );
+    assert_eq!(
+        out["progress"], 3,
+        "{what}: progress notifications over SSE"
+    );
+    assert!(
+        out["slow"].as_str().unwrap_or_default().ends_with(":done"),
+        "{what}"
+    );
+    assert!(
+        instances.contains(&out["resource"].as_str().unwrap_or_default()),
+        "{what}: resource"
+    );
+    assert!(
+        out["prompt"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Hello edge from "),
+        "{what}: prompt"
+    );
     if expect_confirm {
-        assert!(out["confirm"].as_str().unwrap_or_default().ends_with(":confirmed"), "{what}: MRTR round trip {out}");
+        assert!(
+            out["confirm"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with(":confirmed"),
+            "{what}: MRTR round trip {out}"
+        );
     }
 }
 
@@ -43,12 +72,35 @@ fn ts_modern_only_servers_with_ts_and_python_clients() {
     let (a, b) = (ts_server("modern", "a"), ts_server("modern", "b"));
     let edge = edge_for(&[&a, &b]);
     let url = edge.url();
-    assert_run("ts auto", &ts_client(&url, &["--mode", "auto"]), "modern", &[&a, &b], true);
-    assert_run("ts pinned", &ts_client(&url, &["--mode", "pin"]), "modern", &[&a, &b], true);
+    assert_run(
+        "ts auto",
+        &ts_client(&url, &["--mode", "auto"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
+    assert_run(
+        "ts pinned",
+        &ts_client(&url, &["--mode", "pin"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
     assert_run("py auto", &py_client(&url, &[]), "modern", &[&a, &b], true);
-    assert_run("py pinned", &py_client(&url, &["--mode", "2026-07-28"]), "modern", &[&a, &b], true);
+    assert_run(
+        "py pinned",
+        &py_client(&url, &["--mode", "2026-07-28"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
     // Stateless traffic is spread over both members.
-    assert!(a.requests() > 5 && b.requests() > 5, "round-robin: a={} b={}", a.requests(), b.requests());
+    assert!(
+        a.requests() > 5 && b.requests() > 5,
+        "round-robin: a={} b={}",
+        a.requests(),
+        b.requests()
+    );
 }
 
 #[test]
@@ -56,10 +108,28 @@ fn ts_dual_era_servers_serve_modern_and_legacy_clients() {
     let (a, b) = (ts_server("dual", "a"), ts_server("dual", "b"));
     let edge = edge_for(&[&a, &b]);
     let url = edge.url();
-    assert_run("ts legacy", &ts_client(&url, &["--mode", "legacy"]), "legacy", &[&a, &b], false);
-    assert_run("ts auto", &ts_client(&url, &["--mode", "auto"]), "modern", &[&a, &b], true);
+    assert_run(
+        "ts legacy",
+        &ts_client(&url, &["--mode", "legacy"]),
+        "legacy",
+        &[&a, &b],
+        false,
+    );
+    assert_run(
+        "ts auto",
+        &ts_client(&url, &["--mode", "auto"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
     assert_run("py auto", &py_client(&url, &[]), "modern", &[&a, &b], true);
-    assert_run("py legacy", &py_client(&url, &["--mode", "legacy"]), "legacy", &[&a, &b], false);
+    assert_run(
+        "py legacy",
+        &py_client(&url, &["--mode", "legacy"]),
+        "legacy",
+        &[&a, &b],
+        false,
+    );
 }
 
 #[test]
@@ -69,9 +139,26 @@ fn python_servers_with_python_and_ts_clients() {
     let edge = edge_for(&[&a, &b]);
     let url = edge.url();
     assert_run("py auto", &py_client(&url, &[]), "modern", &[&a, &b], true);
-    assert_run("ts auto", &ts_client(&url, &["--mode", "auto"]), "modern", &[&a, &b], true);
-    assert_run("ts pinned", &ts_client(&url, &["--mode", "pin"]), "modern", &[&a, &b], true);
-    assert!(a.requests() > 3 && b.requests() > 3, "round-robin: a={} b={}", a.requests(), b.requests());
+    assert_run(
+        "ts auto",
+        &ts_client(&url, &["--mode", "auto"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
+    assert_run(
+        "ts pinned",
+        &ts_client(&url, &["--mode", "pin"]),
+        "modern",
+        &[&a, &b],
+        true,
+    );
+    assert!(
+        a.requests() > 3 && b.requests() > 3,
+        "round-robin: a={} b={}",
+        a.requests(),
+        b.requests()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +167,11 @@ async fn the_edge_rejects_before_the_sdk_server_and_passes_its_answers_through()
     let edge = edge_for(&[&a]);
     let c = client();
     let before = a.requests();
-    let body = modern_body(json!(3), "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}));
+    let body = modern_body(
+        json!(3),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "x"}}),
+    );
     let resp = c
         .post(edge.url())
         .header("content-type", "application/json")
@@ -94,11 +185,25 @@ async fn the_edge_rejects_before_the_sdk_server_and_passes_its_answers_through()
     assert_eq!(resp.status(), 400);
     assert_eq!(resp.headers()["x-mcp-edge-error"], "header_mismatch_name");
     let v: Value = resp.json().await.unwrap();
-    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (json!(3), json!(-32020)));
-    assert_eq!(a.requests(), before, "the SDK server saw a request the edge rejected");
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(3), json!(-32020))
+    );
+    assert_eq!(
+        a.requests(),
+        before,
+        "the SDK server saw a request the edge rejected"
+    );
 
     // An error the SDK server raises itself (unknown method: 404 -32601) passes through.
-    let resp = modern_request(&c, &edge.url(), &modern_body(json!(4), "nope/nope", json!({}))).send().await.unwrap();
+    let resp = modern_request(
+        &c,
+        &edge.url(),
+        &modern_body(json!(4), "nope/nope", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 404);
     assert!(resp.headers().get("x-mcp-edge-error").is_none());
     let v: Value = resp.json().await.unwrap();
@@ -114,8 +219,15 @@ async fn a_one_mib_tool_call_reaches_sdk_servers_intact() {
     let data: String = "é-mcp-edge-".repeat(100_000); // multi-byte UTF-8, ~1.2 MB
     let want = sha256_hex(data.as_bytes());
     for _ in 0..2 {
-        let body = modern_body(json!(7), "tools/call", json!({"name": "digest", "arguments": {"data": data}}));
-        let resp = modern_request(&client(), &edge.url(), &body).send().await.unwrap();
+        let body = modern_body(
+            json!(7),
+            "tools/call",
+            json!({"name": "digest", "arguments": {"data": data}}),
+        );
+        let resp = modern_request(&client(), &edge.url(), &body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["result"]["content"][0]["text"], want.as_str(), "{v}");

@@ -65,13 +65,17 @@ pub fn decode_value(raw: &[u8]) -> Result<Cow<'_, str>, HeaderProblem> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(inner)
             .map_err(|_| HeaderProblem::InvalidBase64)?;
-        return String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderProblem::InvalidBase64);
+        return String::from_utf8(bytes)
+            .map(Cow::Owned)
+            .map_err(|_| HeaderProblem::InvalidBase64);
     }
     if !v.iter().all(|&c| c == b'\t' || (0x20..=0x7e).contains(&c)) {
         return Err(HeaderProblem::InvalidCharacters);
     }
     // All bytes are ASCII, so this cannot fail; map the impossible case to a problem anyway.
-    std::str::from_utf8(v).map(Cow::Borrowed).map_err(|_| HeaderProblem::InvalidCharacters)
+    std::str::from_utf8(v)
+        .map(Cow::Borrowed)
+        .map_err(|_| HeaderProblem::InvalidCharacters)
 }
 
 fn trim_ows(v: &[u8]) -> &[u8] {
@@ -103,7 +107,12 @@ mod tests {
         ];
         for (raw, want) in cases {
             let got = decode_value(raw).map(|c| c.into_owned());
-            assert_eq!(got, want.clone().map(str::to_owned), "input {:?}", String::from_utf8_lossy(raw));
+            assert_eq!(
+                got,
+                want.clone().map(str::to_owned),
+                "input {:?}",
+                String::from_utf8_lossy(raw)
+            );
         }
     }
 

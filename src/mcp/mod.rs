@@ -56,6 +56,10 @@ pub const KNOWN_METHODS: &[&str] = &[
 pub fn method_label(method: Option<&str>) -> &'static str {
     match method {
         None => "none",
-        Some(m) => KNOWN_METHODS.iter().find(|k| **k == m).copied().unwrap_or("other"),
+        Some(m) => KNOWN_METHODS
+            .iter()
+            .find(|k| **k == m)
+            .copied()
+            .unwrap_or("other"),
     }
 }

@@ -18,7 +18,11 @@ impl OriginPolicy {
     pub fn new(list: &[String]) -> Self {
         OriginPolicy {
             allow_any: list.iter().any(|o| o == "*"),
-            allowed: list.iter().filter(|o| *o != "*").map(|o| o.to_ascii_lowercase()).collect(),
+            allowed: list
+                .iter()
+                .filter(|o| *o != "*")
+                .map(|o| o.to_ascii_lowercase())
+                .collect(),
         }
     }
 
@@ -26,13 +30,24 @@ impl OriginPolicy {
         let value = match headers::single(headers, ORIGIN) {
             Ok(None) => return Ok(()),
             Ok(Some(v)) => v,
-            Err(_) => return Err(EdgeError::OriginRejected { origin: "(repeated)".into() }),
+            Err(_) => {
+                return Err(EdgeError::OriginRejected {
+                    origin: "(repeated)".into(),
+                })
+            }
         };
         let origin = String::from_utf8_lossy(value);
-        if self.allow_any || self.allowed.iter().any(|a| a.eq_ignore_ascii_case(origin.trim())) {
+        if self.allow_any
+            || self
+                .allowed
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(origin.trim()))
+        {
             return Ok(());
         }
-        Err(EdgeError::OriginRejected { origin: origin.chars().take(200).collect() })
+        Err(EdgeError::OriginRejected {
+            origin: origin.chars().take(200).collect(),
+        })
     }
 }
 
@@ -55,11 +70,23 @@ mod tests {
         assert!(check(app, &[]), "absent origin allowed");
         assert!(check(app, &["https://app.example.com"]));
         assert!(check(app, &["HTTPS://APP.example.com"]), "case-insensitive");
-        assert!(!check(app, &["https://app.example.com:8443"]), "port must match");
-        assert!(!check(app, &["https://app.example.com.evil.io"]), "lookalike");
+        assert!(
+            !check(app, &["https://app.example.com:8443"]),
+            "port must match"
+        );
+        assert!(
+            !check(app, &["https://app.example.com.evil.io"]),
+            "lookalike"
+        );
         assert!(!check(app, &["null"]));
-        assert!(!check(app, &["https://app.example.com", "https://app.example.com"]));
-        assert!(!check(&[], &["http://localhost"]), "empty list rejects any present origin");
+        assert!(!check(
+            app,
+            &["https://app.example.com", "https://app.example.com"]
+        ));
+        assert!(
+            !check(&[], &["http://localhost"]),
+            "empty list rejects any present origin"
+        );
         assert!(check(&["*"], &["https://anything.example"]));
         assert!(check(&["null"], &["null"]));
     }

@@ -257,25 +257,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Message { not_an_object: true, ..Message::default() })
+                Ok(Message {
+                    not_an_object: true,
+                    ..Message::default()
+                })
             }
         }
         d.deserialize_any(V)
@@ -302,7 +323,10 @@ pub fn peek(body: &[u8]) -> Result<Body<'_>, serde_json::Error> {
 }
 
 fn trim_ascii_start(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
     &b[start..]
 }
 
@@ -327,14 +351,20 @@ mod tests {
         assert_eq!(m.method(), Some("tools/call"));
         assert_eq!(m.id.unwrap().get(), "7");
         assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("echo"));
-        assert_eq!(m.params.claim.as_ref().and_then(Field::as_str), Some("2026-07-28"));
+        assert_eq!(
+            m.params.claim.as_ref().and_then(Field::as_str),
+            Some("2026-07-28")
+        );
         assert!(!m.is_response);
     }
 
     #[test]
     fn escaped_strings_are_decoded() {
         let m = single(r#"{"method":"tools/call","params":{"name":"h\u00e9llo"}}"#);
-        assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("héllo"));
+        assert_eq!(
+            m.params.name.as_ref().and_then(Field::as_str),
+            Some("héllo")
+        );
     }
 
     #[test]
@@ -375,7 +405,10 @@ mod tests {
     fn syntax_errors_fail() {
         assert!(peek(b"{\"method\":").is_err());
         assert!(peek(b"\xff\xfe").is_err());
-        assert!(peek(b"{\"method\":\"\xff\"}").is_err(), "invalid UTF-8 in a string");
+        assert!(
+            peek(b"{\"method\":\"\xff\"}").is_err(),
+            "invalid UTF-8 in a string"
+        );
     }
 
     #[test]

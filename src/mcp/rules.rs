@@ -63,7 +63,10 @@ impl VersionPolicy {
         self.accepted.iter().any(|a| super::is_legacy_version(a))
     }
     fn unsupported(&self, requested: Option<String>) -> EdgeError {
-        EdgeError::UnsupportedVersion { supported: self.accepted.clone(), requested }
+        EdgeError::UnsupportedVersion {
+            supported: self.accepted.clone(),
+            requested,
+        }
     }
 }
 
@@ -85,13 +88,17 @@ pub fn check_post(
     policy: &VersionPolicy,
 ) -> Result<Verdict, Rejection> {
     let parsed = peek::peek(body).map_err(|e| Rejection {
-        error: EdgeError::ParseError { detail: e.to_string() },
+        error: EdgeError::ParseError {
+            detail: e.to_string(),
+        },
         id: None,
     })?;
     match parsed {
         Body::Batch(items) => {
             let header_version = header(headers, PROTOCOL_VERSION, None)?;
-            let modern_header = header_version.as_deref().filter(|v| !super::is_legacy_version(v));
+            let modern_header = header_version
+                .as_deref()
+                .filter(|v| !super::is_legacy_version(v));
             check_batch(&items, modern_header, header_version.as_deref(), policy)
         }
         Body::Single(m) => {
@@ -108,19 +115,31 @@ fn check_batch(
     policy: &VersionPolicy,
 ) -> Result<Verdict, Rejection> {
     let reject = |detail: &str| Rejection {
-        error: EdgeError::InvalidRequest { detail: detail.into() },
+        error: EdgeError::InvalidRequest {
+            detail: detail.into(),
+        },
         id: None,
     };
     if items.is_empty() {
         return Err(reject("empty batch"));
     }
     if modern_header.is_some() || items.iter().any(|m| m.params.claim.is_some()) {
-        return Err(reject("batches are not allowed in protocol revision 2026-07-28"));
+        return Err(reject(
+            "batches are not allowed in protocol revision 2026-07-28",
+        ));
     }
     if !policy.accepts_legacy() {
-        return Err(Rejection { error: policy.unsupported(header_version.map(str::to_owned)), id: None });
+        return Err(Rejection {
+            error: policy.unsupported(header_version.map(str::to_owned)),
+            id: None,
+        });
     }
-    Ok(Verdict { era: Era::Legacy, method: None, id: None, name: None })
+    Ok(Verdict {
+        era: Era::Legacy,
+        method: None,
+        id: None,
+        name: None,
+    })
 }
 
 fn check_single(
@@ -130,16 +149,22 @@ fn check_single(
     policy: &VersionPolicy,
 ) -> Result<Verdict, Rejection> {
     let id = m.id_value();
-    let reject = |error: EdgeError| Rejection { error, id: id.clone() };
+    let reject = |error: EdgeError| Rejection {
+        error,
+        id: id.clone(),
+    };
     let modern_header = header_version.filter(|v| !super::is_legacy_version(v));
 
     if m.not_an_object {
-        return Err(reject(EdgeError::InvalidRequest { detail: "body is not a JSON-RPC object".into() }));
+        return Err(reject(EdgeError::InvalidRequest {
+            detail: "body is not a JSON-RPC object".into(),
+        }));
     }
     if m.is_response && m.method.is_none() {
         if m.params.claim.is_some() || modern_header.is_some() {
             return Err(reject(EdgeError::InvalidRequest {
-                detail: "JSON-RPC responses cannot be posted in protocol revision 2026-07-28".into(),
+                detail: "JSON-RPC responses cannot be posted in protocol revision 2026-07-28"
+                    .into(),
             }));
         }
         return legacy(m, header_version, policy, id);
@@ -165,10 +190,14 @@ fn check_single(
         }));
     };
     if m.jsonrpc.as_ref().and_then(Field::as_str) != Some("2.0") {
-        return Err(reject(EdgeError::InvalidRequest { detail: "jsonrpc must be \"2.0\"".into() }));
+        return Err(reject(EdgeError::InvalidRequest {
+            detail: "jsonrpc must be \"2.0\"".into(),
+        }));
     }
     let Some(method) = m.method() else {
-        return Err(reject(EdgeError::InvalidRequest { detail: "method must be a string".into() }));
+        return Err(reject(EdgeError::InvalidRequest {
+            detail: "method must be a string".into(),
+        }));
     };
     if m.id.is_some() && id.is_none() {
         return Err(reject(EdgeError::InvalidRequest {
@@ -236,20 +265,37 @@ fn legacy(
             Some("initialize") => m.params.protocol_version.as_ref().and_then(Field::as_str),
             _ => header_version,
         };
-        return Err(Rejection { error: policy.unsupported(requested.map(str::to_owned)), id });
+        return Err(Rejection {
+            error: policy.unsupported(requested.map(str::to_owned)),
+            id,
+        });
     }
-    Ok(Verdict { era: Era::Legacy, method: m.method().map(str::to_owned), id, name: None })
+    Ok(Verdict {
+        era: Era::Legacy,
+        method: m.method().map(str::to_owned),
+        id,
+        name: None,
+    })
 }
 
 /// A decoded single header value, or the -32020 rejection for a repeated or undecodable one.
-fn header(headers: &HeaderMap, name: &'static str, id: Option<&Value>) -> Result<Option<String>, Rejection> {
+fn header(
+    headers: &HeaderMap,
+    name: &'static str,
+    id: Option<&Value>,
+) -> Result<Option<String>, Rejection> {
     let to_rejection = |p: HeaderProblem| Rejection {
-        error: mismatch(name, format!("{} header {}", display_name(name), p.describe())),
+        error: mismatch(
+            name,
+            format!("{} header {}", display_name(name), p.describe()),
+        ),
         id: id.cloned(),
     };
     match headers::single(headers, name).map_err(to_rejection)? {
         None => Ok(None),
-        Some(raw) => headers::decode_value(raw).map(|v| Some(v.into_owned())).map_err(to_rejection),
+        Some(raw) => headers::decode_value(raw)
+            .map(|v| Some(v.into_owned()))
+            .map_err(to_rejection),
     }
 }
 

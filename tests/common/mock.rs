@@ -17,7 +17,10 @@ pub enum Behavior {
     Json,
     /// 200 SSE: each `(delay, frame)` written after its delay; then hold the stream open for
     /// `hold` (or until the client goes away) and end.
-    Sse { frames: Vec<(Duration, String)>, hold: Duration },
+    Sse {
+        frames: Vec<(Duration, String)>,
+        hold: Duration,
+    },
     /// Answer with this status and body verbatim (an upstream error, say).
     Status(u16, String),
     /// Read the request, never answer.
@@ -65,14 +68,21 @@ impl Mock {
         let seen2 = seen.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let (seen, tx, behavior) = (seen2.clone(), tx.clone(), behavior.clone());
                 tokio::spawn(async move {
                     let _ = serve(stream, behavior, seen, tx).await;
                 });
             }
         });
-        Mock { addr, seen, events: Mutex::new(rx), task }
+        Mock {
+            addr,
+            seen,
+            events: Mutex::new(rx),
+            task,
+        }
     }
 
     pub fn count(&self) -> usize {
@@ -109,9 +119,15 @@ async fn serve(
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     loop {
-        let Some((head, body)) = read_request(&mut reader).await? else { return Ok(()) };
+        let Some((head, body)) = read_request(&mut reader).await? else {
+            return Ok(());
+        };
         let sha = hex(&Sha256::digest(&body));
-        seen.lock().unwrap().push(Seen { head: head.clone(), body_len: body.len(), body_sha256: sha.clone() });
+        seen.lock().unwrap().push(Seen {
+            head: head.clone(),
+            body_len: body.len(),
+            body_sha256: sha.clone(),
+        });
         let _ = tx.send((Event::Request, std::time::Instant::now()));
         let id = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
@@ -166,6 +182,8 @@ async fn serve(
             }
             Behavior::ResetMidResponse => {
                 stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"jsonrpc\":").await?;
+                // Linger 0 turns the close into a TCP reset; it cannot block with no data queued.
+                #[allow(deprecated)]
                 stream.set_linger(Some(Duration::ZERO))?;
                 return Ok(());
             }
@@ -188,14 +206,17 @@ async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<(S
     }
     let lower = head.to_ascii_lowercase();
     let header = |name: &str| {
-        lower.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+        lower
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
     };
     let mut body = Vec::new();
     if header("transfer-encoding:").is_some_and(|v| v.contains("chunked")) {
         loop {
             let mut size_line = String::new();
             r.read_line(&mut size_line).await?;
-            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16).unwrap_or(0);
+            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
             let mut chunk = vec![0u8; size + 2];
             r.read_exact(&mut chunk).await?;
             if size == 0 {

@@ -16,7 +16,11 @@ pub const MODERN: &str = "2026-07-28";
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Wait until something accepts connections on `addr`.
@@ -54,11 +58,16 @@ pub fn start_edge(body: &str) -> Edge {
     let text = format!(
         "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n{body}"
     );
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config invalid: {e:?}\n{text}"));
+    let config =
+        Config::parse(&text).unwrap_or_else(|e| panic!("test config invalid: {e:?}\n{text}"));
     let handle = EdgeHandle::start(config);
     wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
     wait_listening(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
-    Edge { handle, port, metrics_port }
+    Edge {
+        handle,
+        port,
+        metrics_port,
+    }
 }
 
 /// `[[pools]]` + `[[routes]]` for one pool on `/mcp`.
@@ -88,7 +97,11 @@ pub fn client() -> reqwest::Client {
 }
 
 pub fn h2c_client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap()
+    reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap()
 }
 
 /// A modern request with correct headers.
@@ -113,9 +126,19 @@ pub fn modern_request(c: &reqwest::Client, url: &str, body: &Value) -> reqwest::
 
 /// Current value of a counter/gauge sample line in a Prometheus scrape (0 when absent).
 pub async fn metric(edge: &Edge, name_and_labels: &str) -> f64 {
-    let text = client().get(edge.metrics_url()).send().await.unwrap().text().await.unwrap();
+    let text = client()
+        .get(edge.metrics_url())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     text.lines()
-        .find_map(|l| l.strip_prefix(name_and_labels).and_then(|rest| rest.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix(name_and_labels)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
         .unwrap_or(0.0)
 }
 

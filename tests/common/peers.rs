@@ -17,12 +17,19 @@ pub fn dir() -> PathBuf {
 
 fn python() -> PathBuf {
     let p = dir().join(".venv/bin/python");
-    assert!(p.exists(), "Python peers missing: run `bash scripts/setup.sh` ({} not found)", p.display());
+    assert!(
+        p.exists(),
+        "Python peers missing: run `bash scripts/setup.sh` ({} not found)",
+        p.display()
+    );
     p
 }
 
 fn node() -> Command {
-    assert!(dir().join("node_modules").exists(), "JS peers missing: run `bash scripts/setup.sh`");
+    assert!(
+        dir().join("node_modules").exists(),
+        "JS peers missing: run `bash scripts/setup.sh`"
+    );
     let mut c = Command::new("node");
     c.current_dir(dir());
     c
@@ -38,7 +45,9 @@ pub struct Peer {
 
 impl Peer {
     fn spawn(mut cmd: Command, instance: &str) -> Peer {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn peer");
         let stdout = child.stdout.take().expect("stdout");
         let stderr_pipe = child.stderr.take().expect("stderr");
@@ -61,19 +70,36 @@ impl Peer {
             Ok(Some(p)) => p,
             _ => {
                 let _ = child.kill();
-                panic!("peer {instance} did not start; stderr: {:?}", stderr.lock().unwrap());
+                panic!(
+                    "peer {instance} did not start; stderr: {:?}",
+                    stderr.lock().unwrap()
+                );
             }
         };
-        Peer { child, addr: SocketAddr::from(([127, 0, 0, 1], port)), instance: instance.into(), stderr }
+        Peer {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            instance: instance.into(),
+            stderr,
+        }
     }
 
     /// HTTP requests this server has received so far.
     pub fn requests(&self) -> usize {
-        self.stderr.lock().unwrap().iter().filter(|l| l.starts_with("REQ ")).count()
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with("REQ "))
+            .count()
     }
 
     pub fn stderr_has(&self, prefix: &str) -> bool {
-        self.stderr.lock().unwrap().iter().any(|l| l.starts_with(prefix))
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with(prefix))
     }
 
     /// Wait until a stderr line starts with `prefix`.
@@ -99,14 +125,27 @@ impl Drop for Peer {
 /// `ts-server.mjs --mode <mode>` (modern | dual | legacy-session | legacy-sse).
 pub fn ts_server(mode: &str, instance: &str) -> Peer {
     let mut c = node();
-    c.args(["ts-server.mjs", "--mode", mode, "--instance", instance, "--port", "0"]);
+    c.args([
+        "ts-server.mjs",
+        "--mode",
+        mode,
+        "--instance",
+        instance,
+        "--port",
+        "0",
+    ]);
     Peer::spawn(c, instance)
 }
 
 /// `py-server.py` with extra args (e.g. `--transport streamable-http --stateless`).
 pub fn py_server(args: &[&str], instance: &str) -> Peer {
     let mut c = Command::new(python());
-    c.current_dir(dir()).arg("py-server.py").args(args).args(["--instance", instance, "--port", "0"]);
+    c.current_dir(dir()).arg("py-server.py").args(args).args([
+        "--instance",
+        instance,
+        "--port",
+        "0",
+    ]);
     Peer::spawn(c, instance)
 }
 
@@ -114,9 +153,16 @@ pub fn py_server(args: &[&str], instance: &str) -> Peer {
 fn run(mut cmd: Command) -> Value {
     let out = cmd.output().expect("run client");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
     serde_json::from_str(line).unwrap_or_else(|_| {
-        panic!("client printed no JSON: stdout={stdout} stderr={}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "client printed no JSON: stdout={stdout} stderr={}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -130,6 +176,8 @@ pub fn ts_client(url: &str, args: &[&str]) -> Value {
 /// `py-client.py --url <url> <args…>`.
 pub fn py_client(url: &str, args: &[&str]) -> Value {
     let mut c = Command::new(python());
-    c.current_dir(dir()).args(["py-client.py", "--url", url]).args(args);
+    c.current_dir(dir())
+        .args(["py-client.py", "--url", url])
+        .args(args);
     run(c)
 }

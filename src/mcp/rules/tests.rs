@@ -6,11 +6,20 @@ use serde_json::json;
 const MODERN: &str = "2026-07-28";
 
 fn policy() -> VersionPolicy {
-    VersionPolicy { accepted: vec![MODERN.into(), "2025-11-25".into(), "2025-06-18".into(), "2025-03-26".into()] }
+    VersionPolicy {
+        accepted: vec![
+            MODERN.into(),
+            "2025-11-25".into(),
+            "2025-06-18".into(),
+            "2025-03-26".into(),
+        ],
+    }
 }
 
 fn modern_only() -> VersionPolicy {
-    VersionPolicy { accepted: vec![MODERN.into()] }
+    VersionPolicy {
+        accepted: vec![MODERN.into()],
+    }
 }
 
 fn call(method: &str, id: Value, params: Value) -> String {
@@ -50,9 +59,14 @@ struct Case {
     want: Want,
 }
 
-fn std_headers(method: &'static str, name: Option<&'static [u8]>) -> Vec<(&'static str, &'static [u8])> {
-    let mut v: Vec<(&'static str, &'static [u8])> =
-        vec![("mcp-protocol-version", MODERN.as_bytes()), ("mcp-method", method.as_bytes())];
+fn std_headers(
+    method: &'static str,
+    name: Option<&'static [u8]>,
+) -> Vec<(&'static str, &'static [u8])> {
+    let mut v: Vec<(&'static str, &'static [u8])> = vec![
+        ("mcp-protocol-version", MODERN.as_bytes()),
+        ("mcp-method", method.as_bytes()),
+    ];
     if let Some(n) = name {
         v.push(("mcp-name", n));
     }
@@ -60,7 +74,13 @@ fn std_headers(method: &'static str, name: Option<&'static [u8]>) -> Vec<(&'stat
 }
 
 fn cases() -> Vec<Case> {
-    let tool = |name: &str| call("tools/call", json!(1), json!({"name": name, "arguments": {}}));
+    let tool = |name: &str| {
+        call(
+            "tools/call",
+            json!(1),
+            json!({"name": name, "arguments": {}}),
+        )
+    };
     let p = policy();
     vec![
         Case { what: "valid tools/call", headers: std_headers("tools/call", Some(b"echo")), body: tool("echo"), policy: p.clone(), want: Want::Ok("modern") },
@@ -130,16 +150,34 @@ fn rule_table() {
 #[test]
 fn mismatch_message_names_the_header() {
     let h = hdrs(&std_headers("tools/call", Some(b"foo")));
-    let err = check_post(&h, call("tools/call", json!(1), json!({"name":"bar"})).as_bytes(), &policy()).unwrap_err();
+    let err = check_post(
+        &h,
+        call("tools/call", json!(1), json!({"name":"bar"})).as_bytes(),
+        &policy(),
+    )
+    .unwrap_err();
     let msg = err.error.message();
-    assert!(msg.contains("Mcp-Name") && msg.contains("foo") && msg.contains("bar"), "{msg}");
+    assert!(
+        msg.contains("Mcp-Name") && msg.contains("foo") && msg.contains("bar"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn unsupported_version_lists_supported_and_requested() {
-    let h = hdrs(&[("mcp-protocol-version", b"2099-01-01"), ("mcp-method", b"tools/list")]);
-    let body = call("tools/list", json!(6), json!({"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}));
+    let h = hdrs(&[
+        ("mcp-protocol-version", b"2099-01-01"),
+        ("mcp-method", b"tools/list"),
+    ]);
+    let body = call(
+        "tools/list",
+        json!(6),
+        json!({"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}),
+    );
     let r = check_post(&h, body.as_bytes(), &modern_only()).unwrap_err();
     let v: Value = serde_json::from_slice(&r.error.body(r.id.as_ref())).unwrap();
-    assert_eq!(v["error"]["data"], json!({"supported":["2026-07-28"],"requested":"2099-01-01"}));
+    assert_eq!(
+        v["error"]["data"],
+        json!({"supported":["2026-07-28"],"requested":"2099-01-01"})
+    );
 }
