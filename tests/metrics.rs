@@ -16,7 +16,14 @@ async fn core_series_are_exported_after_traffic() {
     let ok_key = "mcp_edge_requests_total{era=\"modern\",method=\"tools/list\",outcome=\"forwarded\",route=\"/mcp\"}";
     let before = metric(&edge, ok_key).await;
     for i in 0..3 {
-        let resp = modern_request(&c, &edge.url(), &modern_body(json!(i), "tools/list", json!({}))).send().await.unwrap();
+        let resp = modern_request(
+            &c,
+            &edge.url(),
+            &modern_body(json!(i), "tools/list", json!({})),
+        )
+        .send()
+        .await
+        .unwrap();
         assert_eq!(resp.status(), 200);
     }
     // A method nobody knows must not become a label value.
@@ -25,23 +32,40 @@ async fn core_series_are_exported_after_traffic() {
     assert!(wait_metric(&edge, ok_key, before + 3.0).await >= before + 3.0);
 
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let text = c.get(edge.metrics_url()).send().await.unwrap().text().await.unwrap();
+    let text = c
+        .get(edge.metrics_url())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for series in [
         "mcp_edge_errors_total{kind=\"header_mismatch_name\"}",
         "mcp_edge_errors_total{kind=\"connect_failed\"}",
         "mcp_edge_upstream_response_seconds_bucket{pool=\"main\"",
         "mcp_edge_request_duration_seconds_bucket{era=\"modern\"",
-        &format!("mcp_edge_upstream_responses_total{{class=\"2xx\",member=\"{}\",pool=\"main\"}}", mock.addr),
+        &format!(
+            "mcp_edge_upstream_responses_total{{class=\"2xx\",member=\"{}\",pool=\"main\"}}",
+            mock.addr
+        ),
         "mcp_edge_active_sse_streams{era=\"modern\"}",
         "mcp_edge_build_info{version=",
         "method=\"other\"",
     ] {
         assert!(text.contains(series), "missing {series} in:\n{text}");
     }
-    assert!(!text.contains("unbounded-123"), "raw method leaked into labels");
+    assert!(
+        !text.contains("unbounded-123"),
+        "raw method leaked into labels"
+    );
 
     for path in ["healthz", "readyz"] {
-        let r = c.get(format!("http://127.0.0.1:{}/{path}", edge.metrics_port)).send().await.unwrap();
+        let r = c
+            .get(format!("http://127.0.0.1:{}/{path}", edge.metrics_port))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "{path}");
     }
 }
