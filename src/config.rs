@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::mcp::origin::OriginPolicy;
 use crate::mcp::rules::VersionPolicy;
 use crate::routing::{Member, Pool};
+use crate::session::KeyRing;
 
 /// Defaults, in one place (the README's config reference lists the same values).
 pub mod defaults {
@@ -27,6 +28,13 @@ pub mod defaults {
     pub const GRACE_PERIOD_SECONDS: u64 = 5;
     pub const SHUTDOWN_TIMEOUT_SECONDS: u64 = 5;
     pub const H2C: bool = true;
+    pub const SESSION_MAX_AGE_SECONDS: u64 = 24 * 3600;
+    pub const BIND_CREDENTIAL: bool = true;
+
+    /// Query parameters that carry the HTTP+SSE session (TypeScript, Python SDKs).
+    pub fn session_params() -> Vec<String> {
+        vec!["sessionId".to_string(), "session_id".to_string()]
+    }
 
     /// Every revision mcp-edge understands; a route accepts all of them unless told otherwise.
     pub fn versions() -> Vec<String> {
@@ -48,6 +56,7 @@ pub struct File {
     pub limits: LimitsSection,
     #[serde(default)]
     pub timeouts: TimeoutsSection,
+    pub sessions: Option<SessionsSection>,
     #[serde(default)]
     pub pools: Vec<PoolSection>,
     #[serde(default)]
@@ -92,6 +101,17 @@ pub struct TimeoutsSection {
     pub request_body_ms: Option<u64>,
 }
 
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsSection {
+    /// File holding the key ring (a mounted Kubernetes Secret).
+    pub keys_file: Option<String>,
+    /// Environment variable holding the key ring.
+    pub keys_env: Option<String>,
+    pub max_age_seconds: Option<u64>,
+    pub bind_credential: Option<bool>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
@@ -104,6 +124,13 @@ pub struct PoolSection {
 pub struct RouteSection {
     pub path: String,
     pub pool: String,
+    /// Public path prefix, stripped before forwarding (and put back in HTTP+SSE endpoints).
+    #[serde(default)]
+    pub prefix: String,
+    /// Legacy HTTP+SSE: the upstream's GET stream path and its POST messages path.
+    pub sse_path: Option<String>,
+    pub messages_path: Option<String>,
+    pub session_params: Option<Vec<String>>,
     pub versions: Option<Vec<String>>,
     #[serde(default)]
     pub allowed_origins: Vec<String>,
@@ -141,23 +168,52 @@ pub struct Timeouts {
 
 #[derive(Debug)]
 pub struct Route {
-    pub path: String,
+    /// Public Streamable HTTP path (prefix included): the route's name in metrics and logs.
+    pub name: String,
+    pub prefix: String,
+    pub session_params: Vec<String>,
     pub pool: Arc<Pool>,
     pub versions: VersionPolicy,
     pub origins: OriginPolicy,
 }
 
+/// Which of a route's endpoints a public path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// The Streamable HTTP endpoint (POST, and legacy GET/DELETE).
+    Streamable,
+    /// Legacy HTTP+SSE: the GET stream whose `endpoint` event names the messages URL.
+    SseStream,
+    /// Legacy HTTP+SSE: POSTs carrying the session in a query parameter.
+    Messages,
+}
+
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub route: Arc<Route>,
+    pub kind: EndpointKind,
+}
+
+/// Legacy session settings with the loaded key ring.
+#[derive(Debug)]
+pub struct Sessions {
+    pub ring: KeyRing,
+    pub max_age_secs: u64,
+    pub bind_credential: bool,
+}
+
 /// One immutable snapshot of everything the request path reads.
 #[derive(Debug)]
 pub struct Runtime {
-    pub routes: HashMap<String, Arc<Route>>,
+    pub endpoints: HashMap<String, Endpoint>,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    pub sessions: Option<Arc<Sessions>>,
 }
 
 impl Runtime {
-    pub fn route(&self, path: &str) -> Option<&Arc<Route>> {
-        self.routes.get(path)
+    pub fn endpoint(&self, path: &str) -> Option<&Endpoint> {
+        self.endpoints.get(path)
     }
 }
 
@@ -283,19 +339,33 @@ impl File {
             pools.insert(p.name.clone(), Arc::new(Pool::new(p.name.clone(), members)));
         }
 
-        let mut routes = HashMap::new();
+        let mut endpoints: HashMap<String, Endpoint> = HashMap::new();
+        let mut any_legacy = false;
         if self.routes.is_empty() {
             errs.push("routes: at least one [[routes]] entry is required".to_string());
         }
         for (i, r) in self.routes.iter().enumerate() {
-            if !r.path.starts_with('/') {
+            for (key, value) in [
+                ("path", Some(&r.path)),
+                ("sse_path", r.sse_path.as_ref()),
+                ("messages_path", r.messages_path.as_ref()),
+            ] {
+                if let Some(v) = value {
+                    if !v.starts_with('/') {
+                        errs.push(format!("routes[{i}].{key}: '{v}' must start with '/'"));
+                    }
+                }
+            }
+            if !r.prefix.is_empty() && (!r.prefix.starts_with('/') || r.prefix.ends_with('/')) {
                 errs.push(format!(
-                    "routes[{i}].path: '{}' must start with '/'",
-                    r.path
+                    "routes[{i}].prefix: '{}' must start with '/' and not end with '/'",
+                    r.prefix
                 ));
             }
-            if routes.contains_key(&r.path) {
-                errs.push(format!("routes[{i}].path: duplicate route '{}'", r.path));
+            if r.sse_path.is_some() != r.messages_path.is_some() {
+                errs.push(format!(
+                    "routes[{i}].sse_path: sse_path and messages_path go together"
+                ));
             }
             let versions = r.versions.clone().unwrap_or_else(defaults::versions);
             if versions.is_empty() {
@@ -318,20 +388,52 @@ impl File {
                     errs.push(format!("routes[{i}].allowed_origins[{j}]: '{o}' must be scheme://host[:port], 'null' or '*'"));
                 }
             }
+            let policy = VersionPolicy { accepted: versions };
+            if r.sse_path.is_some() && !policy.accepts_legacy() {
+                errs.push(format!("routes[{i}].sse_path: HTTP+SSE is legacy, but the route's versions list no legacy revision"));
+            }
+            any_legacy |= policy.accepts_legacy();
             let Some(pool) = pools.get(&r.pool) else {
                 errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));
                 continue;
             };
-            routes.insert(
-                r.path.clone(),
-                Arc::new(Route {
-                    path: r.path.clone(),
-                    pool: pool.clone(),
-                    versions: VersionPolicy { accepted: versions },
-                    origins: OriginPolicy::new(&r.allowed_origins),
-                }),
-            );
+            let route = Arc::new(Route {
+                name: format!("{}{}", r.prefix, r.path),
+                prefix: r.prefix.clone(),
+                session_params: r
+                    .session_params
+                    .clone()
+                    .unwrap_or_else(defaults::session_params),
+                pool: pool.clone(),
+                versions: policy,
+                origins: OriginPolicy::new(&r.allowed_origins),
+            });
+            let mut paths = vec![(r.path.clone(), EndpointKind::Streamable)];
+            if let (Some(sse), Some(messages)) = (&r.sse_path, &r.messages_path) {
+                paths.push((sse.clone(), EndpointKind::SseStream));
+                // Python's SDK announces `/messages/`, TypeScript's `/messages`: accept both.
+                let trimmed = messages.trim_end_matches('/');
+                paths.push((trimmed.to_string(), EndpointKind::Messages));
+                paths.push((format!("{trimmed}/"), EndpointKind::Messages));
+            }
+            for (path, kind) in paths {
+                let public = format!("{}{}", r.prefix, path);
+                if endpoints.contains_key(&public) {
+                    errs.push(format!(
+                        "routes[{i}]: path '{public}' is already served by another route"
+                    ));
+                }
+                endpoints.insert(
+                    public,
+                    Endpoint {
+                        route: route.clone(),
+                        kind,
+                    },
+                );
+            }
         }
+
+        let sessions = load_sessions(self.sessions.as_ref(), any_legacy, &mut errs);
 
         let threads = match self.server.threads {
             Some(0) => {
@@ -362,12 +464,64 @@ impl File {
                 metrics,
             },
             runtime: Runtime {
-                routes,
+                endpoints,
                 limits,
                 timeouts,
+                sessions,
             },
         })
     }
+}
+
+/// Load the key ring. Required when any route admits legacy clients: the edge never starts
+/// with an insecure fallback key.
+fn load_sessions(
+    section: Option<&SessionsSection>,
+    any_legacy: bool,
+    errs: &mut Vec<String>,
+) -> Option<Arc<Sessions>> {
+    let default = SessionsSection::default();
+    let s = section.unwrap_or(&default);
+    let (key, text) = match (&s.keys_file, &s.keys_env) {
+        (Some(_), Some(_)) => {
+            errs.push("sessions: set keys_file or keys_env, not both".to_string());
+            return None;
+        }
+        (Some(path), None) => (
+            "sessions.keys_file",
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
+        ),
+        (None, Some(var)) => (
+            "sessions.keys_env",
+            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
+        ),
+        (None, None) => {
+            if any_legacy {
+                errs.push(
+                    "sessions.keys_file: a session key ring (keys_file or keys_env) is required because a route accepts legacy protocol versions".to_string(),
+                );
+            }
+            return None;
+        }
+    };
+    let ring = match text.and_then(|t| KeyRing::parse(&t)) {
+        Ok(r) => r,
+        Err(e) => {
+            errs.push(format!("{key}: {e}"));
+            return None;
+        }
+    };
+    let max_age_secs = s
+        .max_age_seconds
+        .unwrap_or(defaults::SESSION_MAX_AGE_SECONDS);
+    if max_age_secs == 0 {
+        errs.push("sessions.max_age_seconds: must be greater than 0".to_string());
+    }
+    Some(Arc::new(Sessions {
+        ring,
+        max_age_secs,
+        bind_credential: s.bind_credential.unwrap_or(defaults::BIND_CREDENTIAL),
+    }))
 }
 
 fn positive(errs: &mut Vec<String>, key: &str, v: Option<usize>, default: usize) -> usize {
@@ -396,6 +550,8 @@ mod tests {
     use super::*;
 
     const MINIMAL: &str = r#"
+        [sessions]
+        keys_env = "MCP_EDGE_TEST_KEYS_CONFIG"
         [[listeners]]
         address = "127.0.0.1:8080"
         [[pools]]
@@ -406,15 +562,62 @@ mod tests {
         pool = "main"
     "#;
 
+    fn set_keys() {
+        // Same value from every test, so parallel tests cannot disagree.
+        std::env::set_var(
+            "MCP_EDGE_TEST_KEYS_CONFIG",
+            "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+        );
+    }
+
     #[test]
     fn minimal_config_gets_defaults() {
+        set_keys();
         let c = Config::parse(MINIMAL).unwrap();
         assert_eq!(c.runtime.limits.max_body_bytes, 4 * 1024 * 1024);
         assert_eq!(c.runtime.timeouts.connect, Duration::from_secs(2));
-        let route = c.runtime.route("/mcp").unwrap();
+        let route = &c.runtime.endpoint("/mcp").unwrap().route;
         assert!(route.versions.accepts_modern("2026-07-28"));
+        assert_eq!(c.runtime.sessions.as_ref().unwrap().max_age_secs, 86400);
         assert!(route.versions.accepts_legacy());
         assert!(c.startup.listeners[0].h2c);
+    }
+
+    #[test]
+    fn legacy_routes_need_a_key_ring() {
+        let text = MINIMAL.replace("keys_env = \"MCP_EDGE_TEST_KEYS_CONFIG\"", "");
+        let all = Config::parse(&text).unwrap_err().join("\n");
+        assert!(all.contains("sessions.keys_file"), "{all}");
+        let modern_only = format!("{text}versions = [\"2026-07-28\"]\n");
+        assert!(Config::parse(&modern_only).is_ok());
+        let missing_env = MINIMAL.replace("MCP_EDGE_TEST_KEYS_CONFIG", "MCP_EDGE_TEST_KEYS_UNSET");
+        let all = Config::parse(&missing_env).unwrap_err().join("\n");
+        assert!(
+            all.contains("sessions.keys_env") && all.contains("not set"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn sse_endpoints_are_registered_with_the_prefix() {
+        set_keys();
+        let text = format!(
+            "{MINIMAL}prefix = \"/team\"\nsse_path = \"/sse\"\nmessages_path = \"/messages\"\n"
+        );
+        let c = Config::parse(&text).unwrap();
+        for (path, kind) in [
+            ("/team/mcp", EndpointKind::Streamable),
+            ("/team/sse", EndpointKind::SseStream),
+            ("/team/messages", EndpointKind::Messages),
+            ("/team/messages/", EndpointKind::Messages),
+        ] {
+            assert_eq!(
+                c.runtime.endpoint(path).map(|e| e.kind),
+                Some(kind),
+                "{path}"
+            );
+        }
+        assert!(c.runtime.endpoint("/mcp").is_none());
     }
 
     #[test]
@@ -426,6 +629,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
+        set_keys();
         let text = MINIMAL
             .replace("pool = \"main\"", "pool = \"nope\"")
             .replace("127.0.0.1:9001", "not-an-addr");
@@ -437,6 +641,7 @@ mod tests {
 
     #[test]
     fn versions_and_origins_are_checked() {
+        set_keys();
         let text = MINIMAL.replace(
             "pool = \"main\"",
             "pool = \"main\"\nversions = [\"latest\"]\nallowed_origins = [\"example.com\"]",

@@ -145,12 +145,33 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Environment variable holding the demo's key ring (random, made at start).
+pub const DEMO_KEYS_ENV: &str = "MCP_EDGE_DEMO_SESSION_KEYS";
+
+/// Put a fresh random key ring in [`DEMO_KEYS_ENV`]: demo sessions die with the process.
+pub fn set_demo_keys() -> Result<(), String> {
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+        .map_err(|_| "no system randomness")?;
+    use base64::Engine;
+    let ring = format!(
+        "1:{}",
+        base64::engine::general_purpose::STANDARD.encode(secret)
+    );
+    // Called before any thread starts.
+    std::env::set_var(DEMO_KEYS_ENV, ring);
+    Ok(())
+}
+
 /// The demo configuration: the edge on `port`, metrics on the next port, two members.
 pub fn config_text(port: u16, members: [u16; 2]) -> String {
     format!(
         r#"
 [server]
 threads = 1
+
+[sessions]
+keys_env = "{DEMO_KEYS_ENV}"
 
 [[listeners]]
 address = "127.0.0.1:{port}"
@@ -185,6 +206,10 @@ pub fn run(port: u16) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = set_demo_keys() {
+        eprintln!("mcp-edge demo: {e}");
+        return ExitCode::FAILURE;
+    }
     let config = match Config::parse(&config_text(port, members)) {
         Ok(c) => c,
         Err(errs) => {

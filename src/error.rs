@@ -17,6 +17,8 @@ pub mod code {
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL: i64 = -32603;
     pub const SERVER_ERROR: i64 = -32000;
+    /// "Session not found", as the TypeScript SDK answers it.
+    pub const SESSION_NOT_FOUND: i64 = -32001;
     pub const HEADER_MISMATCH: i64 = -32020;
     pub const UNSUPPORTED_VERSION: i64 = -32022;
 }
@@ -64,6 +66,16 @@ pub enum EdgeError {
     ClientError { detail: String },
     /// A bug or resource failure inside the edge.
     Internal { detail: String },
+    /// A session token that does not open (malformed, forged, unknown key, other pool).
+    SessionUnknown { reason: &'static str },
+    /// A session token older than `sessions.max_age_seconds`.
+    SessionExpired,
+    /// A session token bound to another credential.
+    SessionForeign,
+    /// The token's member left the pool or no longer accepts connections.
+    SessionMemberGone { member: String },
+    /// An HTTP+SSE message POST without its session parameter.
+    SessionMissing,
 }
 
 impl EdgeError {
@@ -91,6 +103,11 @@ impl EdgeError {
             EdgeError::UpstreamError { .. } => "upstream_error",
             EdgeError::ClientError { .. } => "client_error",
             EdgeError::Internal { .. } => "internal",
+            EdgeError::SessionUnknown { .. } => "session_unknown",
+            EdgeError::SessionExpired => "session_expired",
+            EdgeError::SessionForeign => "session_foreign",
+            EdgeError::SessionMemberGone { .. } => "session_member_gone",
+            EdgeError::SessionMissing => "session_missing",
         }
     }
 
@@ -114,6 +131,11 @@ impl EdgeError {
         "upstream_error",
         "client_error",
         "internal",
+        "session_unknown",
+        "session_expired",
+        "session_foreign",
+        "session_member_gone",
+        "session_missing",
     ];
 
     pub fn status(&self) -> u16 {
@@ -123,7 +145,12 @@ impl EdgeError {
             | EdgeError::ParseError { .. }
             | EdgeError::InvalidRequest { .. }
             | EdgeError::InvalidMeta { .. }
+            | EdgeError::SessionMissing
             | EdgeError::ClientError { .. } => 400,
+            EdgeError::SessionUnknown { .. }
+            | EdgeError::SessionExpired
+            | EdgeError::SessionForeign
+            | EdgeError::SessionMemberGone { .. } => 404,
             EdgeError::OriginRejected { .. } => 403,
             EdgeError::NoRoute { .. } => 404,
             EdgeError::MethodNotAllowed { .. } => 405,
@@ -141,9 +168,13 @@ impl EdgeError {
             EdgeError::HeaderMismatch { .. } => code::HEADER_MISMATCH,
             EdgeError::UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
             EdgeError::ParseError { .. } => code::PARSE_ERROR,
-            EdgeError::InvalidRequest { .. } | EdgeError::ClientError { .. } => {
-                code::INVALID_REQUEST
-            }
+            EdgeError::InvalidRequest { .. }
+            | EdgeError::ClientError { .. }
+            | EdgeError::SessionMissing => code::INVALID_REQUEST,
+            EdgeError::SessionUnknown { .. }
+            | EdgeError::SessionExpired
+            | EdgeError::SessionForeign
+            | EdgeError::SessionMemberGone { .. } => code::SESSION_NOT_FOUND,
             EdgeError::InvalidMeta { .. } => code::INVALID_PARAMS,
             EdgeError::ConnectFailed { .. }
             | EdgeError::Internal { .. }
@@ -189,6 +220,19 @@ impl EdgeError {
             EdgeError::UpstreamError { detail } => format!("Upstream failed: {detail}"),
             EdgeError::ClientError { detail } => format!("Bad request body: {detail}"),
             EdgeError::Internal { detail } => format!("Internal edge error: {detail}"),
+            EdgeError::SessionUnknown { reason } => {
+                format!("Session not found: the session token is not valid ({reason}); initialize a new session")
+            }
+            EdgeError::SessionExpired => {
+                "Session not found: the session token has expired; initialize a new session".to_string()
+            }
+            EdgeError::SessionForeign => {
+                "Session not found: the session belongs to another credential; initialize a new session".to_string()
+            }
+            EdgeError::SessionMemberGone { member } => format!(
+                "Session not found: the server holding it ({member}) is gone; initialize a new session"
+            ),
+            EdgeError::SessionMissing => "Missing session parameter on the messages endpoint".to_string(),
         }
     }
 

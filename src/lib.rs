@@ -13,6 +13,8 @@ pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod routing;
+pub mod session;
+pub mod sse;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

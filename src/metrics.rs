@@ -26,8 +26,23 @@ pub struct Metrics {
     pub upstream_responses: IntCounterVec,
     /// Open SSE responses by era.
     pub active_sse: IntGaugeVec,
+    /// Session tokens sealed and opened (`op`).
+    pub session_tokens: IntCounterVec,
+    /// Session tokens refused, by reason.
+    pub session_token_failures: IntCounterVec,
     pub build_info: IntGaugeVec,
 }
+
+/// Reasons a session token is refused (metric label values).
+pub const TOKEN_FAILURE_REASONS: &[&str] = &[
+    "malformed",
+    "unknown_key",
+    "forged",
+    "expired",
+    "other_pool",
+    "foreign_credential",
+    "member_gone",
+];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -74,6 +89,18 @@ fn build() -> Result<Metrics, prometheus::Error> {
             &["era"],
             registry
         )?,
+        session_tokens: register_int_counter_vec_with_registry!(
+            "mcp_edge_session_tokens_total",
+            "Legacy session tokens sealed and opened",
+            &["op"],
+            registry
+        )?,
+        session_token_failures: register_int_counter_vec_with_registry!(
+            "mcp_edge_session_token_failures_total",
+            "Legacy session tokens refused, by reason",
+            &["reason"],
+            registry
+        )?,
         build_info: register_int_gauge_vec_with_registry!(
             "mcp_edge_build_info",
             "Build information",
@@ -87,6 +114,14 @@ fn build() -> Result<Metrics, prometheus::Error> {
         .set(1);
     for kind in crate::error::EdgeError::KINDS {
         m.edge_errors.with_label_values(&[kind]).inc_by(0);
+    }
+    for op in ["sealed", "opened"] {
+        m.session_tokens.with_label_values(&[op]).inc_by(0);
+    }
+    for reason in TOKEN_FAILURE_REASONS {
+        m.session_token_failures
+            .with_label_values(&[reason])
+            .inc_by(0);
     }
     for era in ["modern", "legacy"] {
         m.active_sse.with_label_values(&[era]).set(0);

@@ -1,7 +1,10 @@
 //! The Pingora `ProxyHttp` implementation: one hook per phase, each delegating to a small
-//! helper. The request flow is `request_filter` (route, Origin, body, MCP rules) →
-//! `upstream_peer` (round-robin) → Pingora forwards and streams → `logging` (metrics, access
-//! log, give the real downstream session back).
+//! helper. The request flow is `request_filter` (route, Origin, body, MCP rules, legacy
+//! session token) → `upstream_peer` (session owner, else round-robin) →
+//! `upstream_request_filter` (restore the upstream's session id, strip the prefix) → Pingora
+//! forwards and streams, `upstream_response_filter` / `upstream_response_body_filter` seal
+//! new session ids and rewrite the HTTP+SSE `endpoint` event → `logging` (metrics, access log,
+//! give the real downstream session back).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,11 +19,15 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 use serde_json::Value;
 
 use crate::body;
-use crate::config::{Route, Runtime};
+use crate::config::{EndpointKind, Route, Runtime, Sessions};
 use crate::error::{EdgeError, ERROR_HEADER};
-use crate::mcp;
+use crate::mcp::headers::SESSION_ID;
 use crate::mcp::rules::{self, Era, Rejection, Verdict};
+use crate::mcp::{self, headers};
 use crate::metrics;
+use crate::session::affinity::{self, Sticky};
+use crate::session::credential_digest;
+use crate::sse::{self, EndpointRewriter};
 
 /// The edge: reads the current runtime snapshot once per request.
 pub struct Edge {
@@ -38,7 +45,14 @@ pub struct Ctx {
     started: Instant,
     snapshot: Option<Arc<Runtime>>,
     route: Option<Arc<Route>>,
+    endpoint: Option<EndpointKind>,
     verdict: Option<Verdict>,
+    /// Legacy session this request belongs to (from its token).
+    sticky: Option<Sticky>,
+    /// Digest of the client's `Authorization`, bound into tokens sealed for it.
+    credential: Option<[u8; 16]>,
+    /// HTTP+SSE stream whose `endpoint` event is being rewritten.
+    rewriter: Option<EndpointRewriter>,
     /// Pool indices of members already tried for this request.
     tried: Vec<usize>,
     upstream_started: Option<Instant>,
@@ -57,7 +71,10 @@ impl Ctx {
         mcp::method_label(self.verdict.as_ref().and_then(|v| v.method.as_deref()))
     }
     fn route_label(&self) -> &str {
-        self.route.as_ref().map_or("none", |r| r.path.as_str())
+        self.route.as_ref().map_or("none", |r| r.name.as_str())
+    }
+    fn sessions(&self) -> Option<&Sessions> {
+        self.snapshot.as_ref()?.sessions.as_deref()
     }
     fn member(&self) -> Option<&crate::routing::Member> {
         let route = self.route.as_ref()?;
@@ -74,7 +91,11 @@ impl ProxyHttp for Edge {
             started: Instant::now(),
             snapshot: None,
             route: None,
+            endpoint: None,
             verdict: None,
+            sticky: None,
+            credential: None,
+            rewriter: None,
             tried: Vec::new(),
             upstream_started: None,
             upstream_status: None,
@@ -102,7 +123,12 @@ impl ProxyHttp for Edge {
         let (Some(route), Some(snapshot)) = (ctx.route.clone(), ctx.snapshot.clone()) else {
             return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
         };
-        let Some(index) = route.pool.pick(&ctx.tried) else {
+        let picked = match &ctx.sticky {
+            Some(sticky) if ctx.tried.is_empty() => Some(sticky.member),
+            Some(_) => None,
+            None => route.pool.pick(&ctx.tried),
+        };
+        let Some(index) = picked else {
             let detail = format!(
                 "all {} members of pool '{}' failed",
                 route.pool.members.len(),
@@ -163,6 +189,7 @@ impl ProxyHttp for Edge {
         if ctx.answered_continue {
             upstream.remove_header(&http::header::EXPECT);
         }
+        rewrite_upstream_target(upstream, ctx)?;
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
         if upstream.headers.get(http::header::HOST).is_none() {
             if let Some(authority) = session
@@ -183,6 +210,7 @@ impl ProxyHttp for Edge {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        seal_session_header(resp, ctx)?;
         let status = resp.status.as_u16();
         ctx.upstream_status = Some(status);
         let m = metrics::get();
@@ -208,7 +236,26 @@ impl ProxyHttp for Edge {
             ctx.sse = true;
             m.active_sse.with_label_values(&[ctx.era_label()]).inc();
         }
+        if is_sse && ctx.endpoint == Some(EndpointKind::SseStream) {
+            // The endpoint event changes length; let Pingora re-frame the stream.
+            resp.remove_header(&http::header::CONTENT_LENGTH);
+            ctx.rewriter = Some(EndpointRewriter::new());
+        }
         Ok(())
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<std::time::Duration>> {
+        if ctx.rewriter.as_ref().is_none_or(|r| r.is_done() && !end) {
+            return Ok(None);
+        }
+        rewrite_sse_chunk(body, end, ctx);
+        Ok(None)
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
@@ -293,47 +340,30 @@ async fn admit(
         }));
     }
     let path = req.uri.path();
-    let Some(route) = snapshot.route(path).cloned() else {
+    let Some(endpoint) = snapshot.endpoint(path).cloned() else {
         return Err(reject(EdgeError::NoRoute {
             path: path.chars().take(200).collect(),
         }));
     };
+    let route = endpoint.route;
     ctx.route = Some(route.clone());
+    ctx.endpoint = Some(endpoint.kind);
     route.origins.check(&req.headers).map_err(reject)?;
+    ctx.credential = credential_digest(
+        req.headers
+            .get(http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes()),
+    );
 
     let method = req.method.clone();
-    if method == http::Method::POST {
-        check_content_type(req).map_err(reject)?;
-        if expects_continue(req) {
-            ctx.answered_continue = true;
-            session
-                .downstream_session
-                .write_continue_response()
-                .await
-                .map_err(|e| {
-                    reject(EdgeError::ClientError {
-                        detail: e.to_string(),
-                    })
-                })?;
-        }
-        session
-            .downstream_session
-            .set_read_timeout(Some(timeouts.request_body));
-        let bytes = body::read_all(session, limits.max_body_bytes)
-            .await
-            .map_err(reject)?;
-        let verdict = rules::check_post(&session.req_header().headers, &bytes, &route.versions)?;
-        ctx.verdict = Some(verdict);
-        if !bytes.is_empty() {
-            ctx.handback = Some(body::install(session, bytes));
-        }
-        return Ok(());
-    }
-    if method == http::Method::GET || method == http::Method::DELETE {
+    let legacy_only = |ctx: &mut Ctx| -> std::result::Result<(), Rejection> {
         if !route.versions.accepts_legacy() {
-            return Err(reject(EdgeError::MethodNotAllowed {
-                method: method.to_string(),
-            }));
+            return Err(Rejection {
+                error: EdgeError::MethodNotAllowed {
+                    method: method.to_string(),
+                },
+                id: None,
+            });
         }
         ctx.verdict = Some(Verdict {
             era: Era::Legacy,
@@ -341,15 +371,206 @@ async fn admit(
             id: None,
             name: None,
         });
-        return Ok(());
-    }
-    if method == http::Method::OPTIONS {
+        Ok(())
+    };
+    match (endpoint.kind, &method) {
+        (EndpointKind::Streamable | EndpointKind::Messages, &http::Method::POST) => {
+            read_and_check_body(session, ctx, snapshot, &route).await?;
+        }
+        (EndpointKind::Streamable, &http::Method::GET | &http::Method::DELETE)
+        | (EndpointKind::SseStream, &http::Method::GET) => {
+            legacy_only(ctx)?;
+        }
         // CORS preflight: the upstream owns its CORS policy.
+        (_, &http::Method::OPTIONS) => return Ok(()),
+        _ => {
+            return Err(reject(EdgeError::MethodNotAllowed {
+                method: method.to_string(),
+            }))
+        }
+    }
+    if ctx.verdict.as_ref().is_some_and(|v| v.era == Era::Legacy) {
+        let id = ctx.verdict.as_ref().and_then(|v| v.id.clone());
+        ctx.sticky = session_of(session.req_header(), ctx, endpoint.kind, &route)
+            .map_err(|error| Rejection { error, id })?;
+    }
+    Ok(())
+}
+
+async fn read_and_check_body(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    snapshot: &Runtime,
+    route: &Route,
+) -> std::result::Result<(), Rejection> {
+    let reject = |error: EdgeError| Rejection { error, id: None };
+    let req = session.req_header();
+    check_content_type(req).map_err(reject)?;
+    if expects_continue(req) {
+        ctx.answered_continue = true;
+        session
+            .downstream_session
+            .write_continue_response()
+            .await
+            .map_err(|e| {
+                reject(EdgeError::ClientError {
+                    detail: e.to_string(),
+                })
+            })?;
+    }
+    session
+        .downstream_session
+        .set_read_timeout(Some(snapshot.timeouts.request_body));
+    let bytes = body::read_all(session, snapshot.limits.max_body_bytes)
+        .await
+        .map_err(reject)?;
+    let verdict = rules::check_post(&session.req_header().headers, &bytes, &route.versions)?;
+    if ctx.endpoint == Some(EndpointKind::Messages) && verdict.era != Era::Legacy {
+        return Err(Rejection {
+            error: EdgeError::InvalidRequest {
+                detail: "the HTTP+SSE messages endpoint serves legacy revisions only".into(),
+            },
+            id: verdict.id,
+        });
+    }
+    ctx.verdict = Some(verdict);
+    if !bytes.is_empty() {
+        ctx.handback = Some(body::install(session, bytes));
+    }
+    Ok(())
+}
+
+/// The legacy session a request names, if any: `Mcp-Session-Id` on the Streamable HTTP
+/// endpoint, the session query parameter on the HTTP+SSE messages endpoint (required there).
+fn session_of(
+    req: &RequestHeader,
+    ctx: &Ctx,
+    kind: EndpointKind,
+    route: &Route,
+) -> std::result::Result<Option<Sticky>, EdgeError> {
+    let token = match kind {
+        EndpointKind::Streamable => match headers::single(&req.headers, SESSION_ID) {
+            Ok(None) => return Ok(None),
+            Ok(Some(v)) => String::from_utf8_lossy(v).into_owned(),
+            Err(_) => {
+                return Err(EdgeError::SessionUnknown {
+                    reason: "Mcp-Session-Id appears more than once",
+                })
+            }
+        },
+        EndpointKind::Messages => {
+            let query = req.uri.query().unwrap_or("");
+            match sse::find_query_param(query, &route.session_params) {
+                Some((_, v)) => v.to_string(),
+                None => return Err(EdgeError::SessionMissing),
+            }
+        }
+        EndpointKind::SseStream => return Ok(None),
+    };
+    affinity::resolve(ctx.sessions(), route, &token, ctx.credential).map(Some)
+}
+
+/// Upstream request target: strip the route's public prefix; put the upstream's own session
+/// identifier back where the client sent the token.
+fn rewrite_upstream_target(upstream: &mut RequestHeader, ctx: &Ctx) -> Result<()> {
+    let Some(route) = &ctx.route else {
+        return Ok(());
+    };
+    if let (Some(sticky), Some(EndpointKind::Streamable)) = (&ctx.sticky, ctx.endpoint) {
+        upstream.insert_header(SESSION_ID, sticky.upstream_id.as_str())?;
+    }
+    let sticky_query = matches!(ctx.endpoint, Some(EndpointKind::Messages)) && ctx.sticky.is_some();
+    if route.prefix.is_empty() && !sticky_query {
         return Ok(());
     }
-    Err(reject(EdgeError::MethodNotAllowed {
-        method: method.to_string(),
-    }))
+    let path = upstream.uri.path();
+    let mut target = path
+        .strip_prefix(route.prefix.as_str())
+        .unwrap_or(path)
+        .to_string();
+    if let Some(q) = upstream.uri.query() {
+        target = format!("{target}?{q}");
+    }
+    if let (true, Some(sticky)) = (sticky_query, &ctx.sticky) {
+        let query = upstream.uri.query().unwrap_or("");
+        if let Some((name, _)) = sse::find_query_param(query, &route.session_params) {
+            target = sse::replace_query_param(&target, name, &sticky.upstream_id);
+        }
+    }
+    let uri = target.parse::<http::Uri>().map_err(|e| {
+        Error::because(ErrorType::InternalError, "rewriting the upstream target", e)
+    })?;
+    upstream.set_uri(uri);
+    Ok(())
+}
+
+/// Replace an upstream `Mcp-Session-Id` with a token (or the client's own token, when the
+/// upstream repeats the identifier the client's token carries).
+fn seal_session_header(resp: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
+    let Some(raw) = resp
+        .headers
+        .get(SESSION_ID)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    else {
+        return Ok(());
+    };
+    let token = match &ctx.sticky {
+        Some(sticky) if sticky.upstream_id == raw => sticky.token.clone(),
+        _ => {
+            let (Some(route), Some(member), Some(sessions)) =
+                (&ctx.route, ctx.member(), ctx.sessions())
+            else {
+                // No key ring (a modern-only route): never let the raw identifier out.
+                resp.remove_header(SESSION_ID);
+                return Ok(());
+            };
+            affinity::seal(sessions, route, &member.label, &raw, ctx.credential).map_err(|e| {
+                Error::because(ErrorType::InternalError, "sealing a session token", e)
+            })?
+        }
+    };
+    resp.insert_header(SESSION_ID, token)?;
+    Ok(())
+}
+
+/// Feed one upstream chunk of an HTTP+SSE stream through the endpoint rewriter.
+fn rewrite_sse_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) {
+    let (Some(route), Some(member), Some(sessions)) = (
+        ctx.route.clone(),
+        ctx.member().map(|m| m.label.clone()),
+        ctx.snapshot.as_ref().and_then(|s| s.sessions.clone()),
+    ) else {
+        return;
+    };
+    let credential = ctx.credential;
+    let Some(rewriter) = ctx.rewriter.as_mut() else {
+        return;
+    };
+    let mut seal_failed = false;
+    let mut swap = |url: &str| {
+        sse::rewrite_endpoint_url(url, &route.prefix, &route.session_params, &mut |sid| {
+            match affinity::seal(&sessions, &route, &member, sid, credential) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    log::error!("{e}");
+                    seal_failed = true;
+                    None
+                }
+            }
+        })
+    };
+    let mut out = match body.take() {
+        Some(chunk) => rewriter.feed(&chunk, &mut swap).to_vec(),
+        None => Vec::new(),
+    };
+    if end {
+        out.extend_from_slice(&rewriter.finish());
+    }
+    if seal_failed {
+        log::error!("HTTP+SSE endpoint event passed through unsealed");
+    }
+    // An empty chunk holds back a partial event; `None` would mean end of body.
+    *body = Some(Bytes::from(out));
 }
 
 fn header_bytes(req: &RequestHeader) -> usize {

@@ -6,6 +6,7 @@ fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
         .arg("--check")
         .arg(path)
+        .env("MCP_EDGE_SESSION_KEYS", "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
         .output()
         .unwrap()
 }
@@ -32,6 +33,7 @@ fn every_example_under_conf_is_valid() {
 
 #[test]
 fn the_demo_config_is_valid() {
+    mcp_edge::demo::set_demo_keys().unwrap();
     mcp_edge::config::Config::parse(&mcp_edge::demo::config_text(8080, [18081, 18082])).unwrap();
 }
 
@@ -43,6 +45,8 @@ fn a_broken_config_fails_and_names_each_offending_key() {
         ("[[listeners]]\naddress = \"0.0.0.0:8080\"\nbogus = 1\n", "bogus"),
         ("[[listeners]]\naddress = \"nowhere\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "listeners[0].address"),
         ("[[listeners]]\naddress = \"0.0.0.0:8080\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"q\"\n", "routes[0].pool"),
+        ("[[listeners]]\naddress = \"0.0.0.0:8080\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "sessions.keys_file"),
+        ("[sessions]\nkeys_file = \"/nonexistent/keys\"\n[[listeners]]\naddress = \"0.0.0.0:8080\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "sessions.keys_file"),
         ("[[listeners]]\naddress = \"0.0.0.0:8080\"\n[limits]\nmax_body_bytes = 0\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\n", "limits.max_body_bytes"),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {

@@ -50,13 +50,45 @@ impl Edge {
     }
 }
 
+/// Session key secrets for tests (base64 of 32 bytes).
+pub const KEY_A: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+pub const KEY_B: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+
+/// Write a key ring file and return its path.
+pub fn key_file(ring: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "mcp-edge-test-keys-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, ring).unwrap();
+    path.display().to_string()
+}
+
+/// `[sessions]` with the given key ring text.
+pub fn sessions_section(ring: &str) -> String {
+    format!("[sessions]\nkeys_file = \"{}\"\n\n", key_file(ring))
+}
+
 /// Start an edge in this process. `body` holds pools, routes and any other sections; the
-/// listener, metrics and server sections are added here.
+/// listener, metrics and server sections (and a `[sessions]` key ring, unless `body` has
+/// one) are added here.
 pub fn start_edge(body: &str) -> Edge {
-    let port = free_port();
+    start_edge_on(free_port(), body)
+}
+
+/// As [`start_edge`], on a given port (to restart an edge in place).
+pub fn start_edge_on(port: u16, body: &str) -> Edge {
     let metrics_port = free_port();
+    let sessions = if body.contains("[sessions]") {
+        String::new()
+    } else {
+        sessions_section(&format!("1:{KEY_A}"))
+    };
     let text = format!(
-        "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n{body}"
+        "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n{sessions}{body}"
     );
     let config =
         Config::parse(&text).unwrap_or_else(|e| panic!("test config invalid: {e:?}\n{text}"));

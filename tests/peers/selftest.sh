@@ -8,6 +8,32 @@ TMP=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
 pass=0 fail=0
+# Sessionful 2025 Streamable HTTP, raw: initialize mints mcp-session-id, GET stream 200 SSE with the
+# header, unknown id 404 -32001, DELETE 200 then 404. Prints {"ok":true} or {"ok":false,...}.
+SESSION_PROBE='try {
+const u = process.argv[1], H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+const init = { jsonrpc: "2.0", id: 1, method: "initialize",
+  params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "probe", version: "0" } } };
+const bad = [];
+const r1 = await fetch(u, { method: "POST", headers: H, body: JSON.stringify(init) }); await r1.text();
+const sid = r1.headers.get("mcp-session-id");
+if (r1.status !== 200 || !sid) bad.push(`init ${r1.status} sid=${sid}`);
+const S = { "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" };
+const ac = new AbortController();
+const g = await fetch(u, { headers: { ...S, accept: "text/event-stream" }, signal: ac.signal });
+if (g.status !== 200 || !g.headers.get("content-type")?.startsWith("text/event-stream") || g.headers.get("mcp-session-id") !== sid)
+  bad.push(`get ${g.status} ${g.headers.get("content-type")} ${g.headers.get("mcp-session-id")}`);
+ac.abort();
+const r404 = await fetch(u, { method: "POST", headers: { ...H, "mcp-session-id": "no-such-session" },
+  body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }) });
+const e404 = await r404.text().then(t => { try { return JSON.parse(t); } catch { return t; } });
+if (r404.status !== 404 || e404.error?.code !== -32001) bad.push(`unknown ${r404.status} ${JSON.stringify(e404).slice(0, 120)}`);
+const d = await fetch(u, { method: "DELETE", headers: S }); await d.text();
+const after = await fetch(u, { method: "POST", headers: { ...H, ...S }, body: JSON.stringify({ jsonrpc: "2.0", id: 3, method: "tools/list" }) });
+await after.text();
+if (d.status !== 200 || after.status !== 404) bad.push(`delete ${d.status} then ${after.status}`);
+console.log(JSON.stringify(bad.length ? { ok: false, error: bad.join("; ") } : { ok: true }));
+} catch (e) { console.log(JSON.stringify({ ok: false, error: String(e) })); }'
 
 start() { # start NAME CMD... -> sets PORT
     local name=$1; shift
@@ -31,7 +57,7 @@ check_hang() { # check_hang LABEL SERVER CMD...
     else fail=$((fail + 1)); echo "FAIL $label: no 'ABORTED hang' on $name"; fi
 }
 
-for mode in modern dual legacy-session; do
+for mode in modern dual v2-session legacy-session; do
     start "ts-$mode" node ts-server.mjs --mode "$mode" --instance "$mode" --port 0
     u=http://127.0.0.1:$PORT/mcp
     legacy_ok=ok modern_ok=ok
@@ -45,6 +71,11 @@ for mode in modern dual legacy-session; do
     check "ts-$mode py pin" "$modern_ok" "$PY" py-client.py --url "$u" --mode 2026-07-28
     check_hang "ts-$mode ts hang" "ts-$mode" node ts-client.mjs --url "$u" --mode auto
     check_hang "ts-$mode py hang" "ts-$mode" "$PY" py-client.py --url "$u"
+    [[ $mode == v2-session ]] || continue
+    # the sessionful 2025 leg: py legacy, legacy cancellation, and the session HTTP contract
+    check "ts-$mode py legacy" ok "$PY" py-client.py --url "$u" --mode legacy
+    check_hang "ts-$mode ts legacy hang" "ts-$mode" node ts-client.mjs --url "$u" --mode legacy
+    check "ts-$mode session http" ok node --input-type=module -e "$SESSION_PROBE" "$u"
 done
 start ts-sse node ts-server.mjs --mode legacy-sse --instance sse --port 0
 u=http://127.0.0.1:$PORT/sse

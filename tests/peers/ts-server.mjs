@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Test peer: an official-TS-SDK MCP server on 127.0.0.1. See README.md for the contract.
-//   --mode modern|dual|legacy-session|legacy-sse  --instance NAME  --port N (0 = ephemeral)
+//   --mode modern|dual|v2-session|legacy-session|legacy-sse  --instance NAME  --port N (0 = ephemeral)
 //   [--max-body BYTES]  (v2 modes only; SDK default 4 MiB)
 import { createHash, randomUUID } from 'node:crypto';
 import http from 'node:http';
@@ -20,13 +20,15 @@ const { values: args } = parseArgs({
         'max-body': { type: 'string' }
     }
 });
-const MODES = ['modern', 'dual', 'legacy-session', 'legacy-sse'];
+const MODES = ['modern', 'dual', 'v2-session', 'legacy-session', 'legacy-sse'];
 if (!MODES.includes(args.mode)) {
     console.error(`unknown --mode ${args.mode} (want ${MODES.join('|')})`);
     process.exit(2);
 }
 const instance = args.instance;
-const isV2 = args.mode === 'modern' || args.mode === 'dual';
+const isV2 = args.mode === 'modern' || args.mode === 'dual' || args.mode === 'v2-session';
+const maxBody = args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {};
+const onerror = e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 const text = t => ({ content: [{ type: 'text', text: t }] });
 
@@ -108,12 +110,47 @@ async function readBody(req) {
 }
 
 // ---- v2: fetch-style handler behind a minimal node:http adapter ------------------------------
-function v2Listener() {
+function v2Fetch() {
     const handler = v2.createMcpHandler(() => buildServer(), {
-        legacy: args.mode === 'modern' ? 'reject' : 'stateless',
-        ...(args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {}),
-        onerror: e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`)
+        legacy: args.mode === 'dual' ? 'stateless' : 'reject', ...maxBody, onerror
     });
+    if (args.mode !== 'v2-session') return handler.fetch;
+    // v2-session: 2026-07-28 -> the strict modern handler; 2025-era -> sessionful v2 transports.
+    const sessions = new Map();
+    const fetchError = (status, code, message) =>
+        Response.json({ jsonrpc: '2.0', error: { code, message }, id: null }, { status });
+    const legacy = async request => {
+        const sid = request.headers.get('mcp-session-id');
+        if (sid) {
+            const t = sessions.get(sid);
+            return t ? t.handleRequest(request) : fetchError(404, -32001, 'Session not found');
+        }
+        if (request.method === 'POST') {
+            let body;
+            try { body = await request.clone().json(); } catch { body = undefined; }
+            if (v2.isInitializeRequest(body)) {
+                const t = new v2.WebStandardStreamableHTTPServerTransport({
+                    sessionIdGenerator: randomUUID, ...maxBody,
+                    onsessioninitialized: id => { sessions.set(id, t); },
+                    onsessionclosed: id => { sessions.delete(id); }
+                });
+                t.onclose = () => { if (t.sessionId) sessions.delete(t.sessionId); };
+                t.onerror = onerror;
+                await buildServer().connect(t);
+                return t.handleRequest(request);
+            }
+            if (body === undefined) return fetchError(400, -32700, 'Parse error');
+        }
+        return fetchError(400, -32000, 'Bad Request: No valid session ID provided');
+    };
+    // isLegacyRequest reads a clone (the Request stays readable); oversized bodies classify
+    // non-legacy, so the modern handler answers them 413.
+    return async request =>
+        (await v2.isLegacyRequest(request, undefined, maxBody)) ? legacy(request) : handler.fetch(request);
+}
+
+function v2Listener() {
+    const fetchFn = v2Fetch();
     return async (req, res) => {
         const url = new URL(req.url, 'http://127.0.0.1');
         if (url.pathname !== '/mcp') return jsonError(res, 404, -32000, 'Not found');
@@ -131,7 +168,7 @@ function v2Listener() {
         });
         let response;
         try {
-            response = await handler.fetch(request);
+            response = await fetchFn(request);
         } catch (e) {
             return jsonError(res, 500, -32603, `handler threw: ${e?.message ?? e}`);
         }

@@ -1,0 +1,125 @@
+//! Turning a client's session token into the member that owns the session, and an
+//! upstream's session identifier into a token.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::config::{Route, Sessions};
+use crate::error::EdgeError;
+use crate::metrics;
+
+use super::token::{self, Claims, TokenError};
+
+/// Where a legacy request with a session must go, and what to restore on the way.
+#[derive(Debug, Clone)]
+pub struct Sticky {
+    /// Index of the owning member in the route's pool.
+    pub member: usize,
+    /// The upstream's own session identifier.
+    pub upstream_id: String,
+    /// The token the client sent (echoed back when the upstream repeats its identifier).
+    pub token: String,
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn refuse(reason: &'static str, error: EdgeError) -> EdgeError {
+    metrics::get()
+        .session_token_failures
+        .with_label_values(&[reason])
+        .inc();
+    error
+}
+
+/// Open `token` for `route`. Every failure is a 404 the client answers by re-initialising;
+/// the member must be in the route's current pool, so a token never makes the edge connect
+/// to an address of its own choosing.
+pub fn resolve(
+    sessions: Option<&Sessions>,
+    route: &Route,
+    token: &str,
+    credential: Option<[u8; 16]>,
+) -> Result<Sticky, EdgeError> {
+    let Some(s) = sessions else {
+        return Err(refuse(
+            "unknown_key",
+            EdgeError::SessionUnknown {
+                reason: "this edge holds no session keys",
+            },
+        ));
+    };
+    let claims = token::open(&s.ring, token, now_secs(), s.max_age_secs).map_err(|e| match e {
+        TokenError::Expired => refuse("expired", EdgeError::SessionExpired),
+        other => refuse(
+            other.reason(),
+            EdgeError::SessionUnknown {
+                reason: other.reason(),
+            },
+        ),
+    })?;
+    if claims.pool != route.pool.name {
+        return Err(refuse(
+            "other_pool",
+            EdgeError::SessionUnknown {
+                reason: "issued for another pool",
+            },
+        ));
+    }
+    if s.bind_credential && claims.credential != credential {
+        return Err(refuse("foreign_credential", EdgeError::SessionForeign));
+    }
+    let Some(member) = route
+        .pool
+        .members
+        .iter()
+        .position(|m| m.label == claims.member)
+    else {
+        return Err(refuse(
+            "member_gone",
+            EdgeError::SessionMemberGone {
+                member: claims.member,
+            },
+        ));
+    };
+    metrics::get()
+        .session_tokens
+        .with_label_values(&["opened"])
+        .inc();
+    Ok(Sticky {
+        member,
+        upstream_id: claims.upstream_id,
+        token: token.to_string(),
+    })
+}
+
+/// Seal an upstream session identifier minted by `member` of `route`'s pool.
+pub fn seal(
+    sessions: &Sessions,
+    route: &Route,
+    member: &str,
+    upstream_id: &str,
+    credential: Option<[u8; 16]>,
+) -> Result<String, EdgeError> {
+    let claims = Claims {
+        pool: route.pool.name.clone(),
+        member: member.to_string(),
+        upstream_id: upstream_id.to_string(),
+        issued_at: now_secs(),
+        credential: if sessions.bind_credential {
+            credential
+        } else {
+            None
+        },
+    };
+    let t = token::seal(&sessions.ring, &claims).map_err(|e| EdgeError::Internal {
+        detail: format!("sealing a session token: {e}"),
+    })?;
+    metrics::get()
+        .session_tokens
+        .with_label_values(&["sealed"])
+        .inc();
+    Ok(t)
+}

@@ -1,0 +1,23 @@
+//! Legacy session affinity without a shared store: the edge replaces each upstream session
+//! identifier with a token it seals, and routes a request carrying the token to the member
+//! named inside, with the original identifier restored.
+//!
+//! - [`keyring`]: keys from a file or an environment variable; one seals, all open.
+//! - [`token`]: what a token carries and the AES-256-GCM seal/open.
+
+pub mod affinity;
+pub mod keyring;
+pub mod token;
+
+pub use keyring::KeyRing;
+pub use token::{Claims, TokenError};
+
+/// Digest of a client credential (`Authorization` value) kept in a token: the first 16 bytes
+/// of its SHA-256. Enough to tell credentials apart; useless for recovering one.
+pub fn credential_digest(authorization: Option<&[u8]>) -> Option<[u8; 16]> {
+    let value = authorization?;
+    let d = ring::digest::digest(&ring::digest::SHA256, value);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d.as_ref()[..16]);
+    Some(out)
+}

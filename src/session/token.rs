@@ -1,0 +1,255 @@
+//! Session tokens: what they carry and how they are sealed.
+//!
+//! Wire form, base64url without padding (visible ASCII, valid in a header and a query):
+//!
+//! ```text
+//! version (1) | key id (1) | nonce (12) | AES-256-GCM( claims ) + tag (16)
+//! ```
+//!
+//! The version and key id are authenticated as associated data. Claims, in order:
+//! issue time (u64 seconds), flags (u8, bit 0: credential digest present), credential digest
+//! (16 bytes, if present), then pool, member and upstream session id, each as a u16 length
+//! and UTF-8 bytes.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ring::aead::{Aad, Nonce, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use super::KeyRing;
+
+const VERSION: u8 = 1;
+const HEADER_LEN: usize = 2 + NONCE_LEN;
+const TAG_LEN: usize = 16;
+/// Longest token text the edge will try to open.
+pub const MAX_TOKEN_CHARS: usize = 4096;
+/// Tokens issued this far in the future are accepted (clock skew between replicas).
+const MAX_SKEW_SECS: u64 = 300;
+
+/// What a token carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    pub pool: String,
+    /// The owning member's identity (`ip:port`); it must still be in the pool to be used.
+    pub member: String,
+    /// The upstream's own session identifier, restored on the way in.
+    pub upstream_id: String,
+    pub issued_at: u64,
+    pub credential: Option<[u8; 16]>,
+}
+
+/// Why a token did not open. Each is a 404 to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenError {
+    /// Not base64url, too short or long, unknown version.
+    Malformed,
+    /// Names a key id the ring does not hold (removed after rotation, or forged).
+    UnknownKey,
+    /// Authentication failed: altered, truncated or sealed with another key.
+    Forged,
+    /// Older than the configured maximum age.
+    Expired,
+}
+
+impl TokenError {
+    pub fn reason(self) -> &'static str {
+        match self {
+            TokenError::Malformed => "malformed",
+            TokenError::UnknownKey => "unknown_key",
+            TokenError::Forged => "forged",
+            TokenError::Expired => "expired",
+        }
+    }
+}
+
+pub fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, &'static str> {
+    let (key_id, key) = ring.sealing();
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| "no system randomness")?;
+
+    let mut buf = Vec::with_capacity(HEADER_LEN + 64 + claims.upstream_id.len() + TAG_LEN);
+    buf.extend_from_slice(&[VERSION, key_id]);
+    buf.extend_from_slice(&nonce);
+    buf.extend_from_slice(&claims.issued_at.to_be_bytes());
+    match claims.credential {
+        Some(d) => {
+            buf.push(1);
+            buf.extend_from_slice(&d);
+        }
+        None => buf.push(0),
+    }
+    for field in [&claims.pool, &claims.member, &claims.upstream_id] {
+        let len = u16::try_from(field.len()).map_err(|_| "claim too long")?;
+        buf.extend_from_slice(&len.to_be_bytes());
+        buf.extend_from_slice(field.as_bytes());
+    }
+    let (header, body) = buf.split_at_mut(HEADER_LEN);
+    let tag = key
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&header[..2]),
+            body,
+        )
+        .map_err(|_| "seal failed")?;
+    buf.extend_from_slice(tag.as_ref());
+    Ok(URL_SAFE_NO_PAD.encode(buf))
+}
+
+pub fn open(
+    ring: &KeyRing,
+    token: &str,
+    now: u64,
+    max_age_secs: u64,
+) -> Result<Claims, TokenError> {
+    if token.len() > MAX_TOKEN_CHARS {
+        return Err(TokenError::Malformed);
+    }
+    let mut buf = URL_SAFE_NO_PAD
+        .decode(token.as_bytes())
+        .map_err(|_| TokenError::Malformed)?;
+    if buf.len() < HEADER_LEN + TAG_LEN || buf[0] != VERSION {
+        return Err(TokenError::Malformed);
+    }
+    let key = ring.get(buf[1]).ok_or(TokenError::UnknownKey)?;
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&buf[2..HEADER_LEN]);
+    let (header, body) = buf.split_at_mut(HEADER_LEN);
+    let plain = key
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&header[..2]),
+            body,
+        )
+        .map_err(|_| TokenError::Forged)?;
+    // Authenticated from here on: a parse failure is our own format changing, not an attack.
+    let claims = parse_claims(plain).ok_or(TokenError::Malformed)?;
+    if claims.issued_at > now.saturating_add(MAX_SKEW_SECS) {
+        return Err(TokenError::Malformed);
+    }
+    if now.saturating_sub(claims.issued_at) > max_age_secs {
+        return Err(TokenError::Expired);
+    }
+    Ok(claims)
+}
+
+fn parse_claims(mut b: &[u8]) -> Option<Claims> {
+    let issued_at = u64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
+    let credential = match take(&mut b, 1)?[0] {
+        0 => None,
+        1 => Some(take(&mut b, 16)?.try_into().ok()?),
+        _ => return None,
+    };
+    let mut field = || -> Option<String> {
+        let len = u16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
+        String::from_utf8(take(&mut b, len)?.to_vec()).ok()
+    };
+    let (pool, member, upstream_id) = (field()?, field()?, field()?);
+    Some(Claims {
+        pool,
+        member,
+        upstream_id,
+        issued_at,
+        credential,
+    })
+}
+
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if b.len() < n {
+        return None;
+    }
+    let (head, rest) = b.split_at(n);
+    *b = rest;
+    Some(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    const S2: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA";
+    const NOW: u64 = 1_800_000_000;
+
+    fn claims() -> Claims {
+        Claims {
+            pool: "main".into(),
+            member: "127.0.0.1:3001".into(),
+            upstream_id: "0b7a3c1e-5f0c-4e43-9d1c-2f8d5b9f6a10".into(),
+            issued_at: NOW,
+            credential: super::super::credential_digest(Some(b"Bearer abc")),
+        }
+    }
+
+    #[test]
+    fn round_trip_is_visible_ascii() {
+        let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        let t = seal(&ring, &claims()).unwrap();
+        assert!(
+            t.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+            "{t}"
+        );
+        assert_eq!(open(&ring, &t, NOW + 5, 3600).unwrap(), claims());
+        assert_ne!(seal(&ring, &claims()).unwrap(), t, "random nonce per token");
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_fails() {
+        let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        let raw = URL_SAFE_NO_PAD
+            .decode(seal(&ring, &claims()).unwrap())
+            .unwrap();
+        for i in 0..raw.len() {
+            for bit in 0..8 {
+                let mut m = raw.clone();
+                m[i] ^= 1 << bit;
+                assert!(
+                    open(&ring, &URL_SAFE_NO_PAD.encode(&m), NOW, 3600).is_err(),
+                    "byte {i} bit {bit}"
+                );
+            }
+        }
+        for n in 0..raw.len() {
+            assert!(
+                open(&ring, &URL_SAFE_NO_PAD.encode(&raw[..n]), NOW, 3600).is_err(),
+                "truncated to {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_key_expiry_and_rotation() {
+        let old = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        let t = seal(&old, &claims()).unwrap();
+        // A ring with another secret under the same id: forged.
+        let other = KeyRing::parse(&format!("1:{S2}")).unwrap();
+        assert_eq!(open(&other, &t, NOW, 3600), Err(TokenError::Forged));
+        // New sealing key added: old tokens still open.
+        let rotated = KeyRing::parse(&format!("2:{S2}\n1:{S1}")).unwrap();
+        assert!(open(&rotated, &t, NOW, 3600).is_ok());
+        assert_eq!(
+            open(&rotated, &seal(&rotated, &claims()).unwrap(), NOW, 3600).map(|c| c.pool),
+            Ok("main".into())
+        );
+        // Old key removed: unknown key.
+        let new_only = KeyRing::parse(&format!("2:{S2}")).unwrap();
+        assert_eq!(open(&new_only, &t, NOW, 3600), Err(TokenError::UnknownKey));
+        // Too old, and from too far in the future.
+        assert_eq!(open(&old, &t, NOW + 3601, 3600), Err(TokenError::Expired));
+        assert_eq!(open(&old, &t, NOW - 1000, 3600), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn junk_is_malformed() {
+        let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        for junk in ["", "abc", "!!!!", &"A".repeat(MAX_TOKEN_CHARS + 1)] {
+            assert_eq!(
+                open(&ring, junk, NOW, 3600),
+                Err(TokenError::Malformed),
+                "{junk:.10}"
+            );
+        }
+    }
+}
