@@ -2,6 +2,7 @@
 //! MCP upstream speaking plain HTTP/1.1 over tokio.
 #![allow(dead_code)]
 
+pub mod balancer;
 pub mod mock;
 pub mod peers;
 
