@@ -6,7 +6,10 @@ fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
         .arg("--check")
         .arg(path)
-        .env("MCP_EDGE_SESSION_KEYS", "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+        .env(
+            "MCP_EDGE_SESSION_KEYS",
+            "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+        )
         .output()
         .unwrap()
 }

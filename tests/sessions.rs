@@ -22,22 +22,34 @@ fn pool_of(peers: &[&Peer], extra: &str) -> String {
 /// Two edges sharing one key ring, in front of the same pool.
 fn two_edges(body: &str) -> (Edge, Edge) {
     let ring = sessions_section(&format!("1:{KEY_A}"));
-    (start_edge(&format!("{ring}{body}")), start_edge(&format!("{ring}{body}")))
+    (
+        start_edge(&format!("{ring}{body}")),
+        start_edge(&format!("{ring}{body}")),
+    )
 }
 
 /// POST a legacy JSON-RPC message; returns status, the session header and the JSON-RPC
 /// message answering `id` (from a JSON or SSE body).
-async fn legacy_post(url: &str, session: Option<&str>, body: Value) -> (u16, Option<String>, Value) {
+async fn legacy_post(
+    url: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, Value) {
     let mut rb = client()
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream");
     if let Some(s) = session {
-        rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", LEGACY);
+        rb = rb
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", LEGACY);
     }
     let resp = rb.body(body.to_string()).send().await.unwrap();
     let status = resp.status().as_u16();
-    let sid = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_string());
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
     let text = resp.text().await.unwrap();
     let msg = text
         .lines()
@@ -57,7 +69,12 @@ async fn open_session(url: &str) -> String {
     let (status, sid, msg) = legacy_post(url, None, initialize()).await;
     assert_eq!(status, 200, "initialize: {msg}");
     let token = sid.expect("initialize response carries a session");
-    let (status, _, _) = legacy_post(url, Some(&token), json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+    let (status, _, _) = legacy_post(
+        url,
+        Some(&token),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    )
+    .await;
     assert_eq!(status, 202);
     token
 }
@@ -66,7 +83,13 @@ async fn open_session(url: &str) -> String {
 async fn whoami(url: &str, token: &str) -> (u16, String) {
     let (status, _, msg) =
         legacy_post(url, Some(token), json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}})).await;
-    (status, msg["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string())
+    (
+        status,
+        msg["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,13 +99,24 @@ async fn a_session_created_through_edge_a_continues_through_edge_b() {
         let (edge_a, edge_b) = two_edges(&pool_of(&[&a, &b], ""));
         for _ in 0..2 {
             let token = open_session(&edge_a.url()).await;
-            assert!(!token.contains('-') || token.len() > 40, "the raw upstream id must not reach the client: {token}");
+            assert!(
+                !token.contains('-') || token.len() > 40,
+                "the raw upstream id must not reach the client: {token}"
+            );
             let (_, owner) = whoami(&edge_a.url(), &token).await;
             assert!(owner == "a" || owner == "b", "{mode}: {owner}");
             for i in 0..4 {
-                let url = if i % 2 == 0 { edge_b.url() } else { edge_a.url() };
+                let url = if i % 2 == 0 {
+                    edge_b.url()
+                } else {
+                    edge_a.url()
+                };
                 let (status, served) = whoami(&url, &token).await;
-                assert_eq!((status, served.as_str()), (200, owner.as_str()), "{mode}: call {i} left the session's member");
+                assert_eq!(
+                    (status, served.as_str()),
+                    (200, owner.as_str()),
+                    "{mode}: call {i} left the session's member"
+                );
             }
         }
     }
@@ -100,7 +134,11 @@ async fn python_stateful_sessions_stick_across_replicas() {
     }
     // DELETE through the other replica ends the upstream session; the token then gets the
     // upstream's own 404 (passed through, not an edge error).
-    let other = if owner == "a" { edge_b.url() } else { edge_a.url() };
+    let other = if owner == "a" {
+        edge_b.url()
+    } else {
+        edge_a.url()
+    };
     let resp = client()
         .delete(&other)
         .header("mcp-session-id", &token)
@@ -109,18 +147,37 @@ async fn python_stateful_sessions_stick_across_replicas() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let (status, _, _) = legacy_post(&edge_a.url(), Some(&token), json!({"jsonrpc":"2.0","id":9,"method":"tools/list"})).await;
+    let (status, _, _) = legacy_post(
+        &edge_a.url(),
+        Some(&token),
+        json!({"jsonrpc":"2.0","id":9,"method":"tools/list"}),
+    )
+    .await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_legacy_clients_work_through_two_replicas() {
-    let (a, b) = (ts_server("legacy-session", "a"), ts_server("legacy-session", "b"));
+    let (a, b) = (
+        ts_server("legacy-session", "a"),
+        ts_server("legacy-session", "b"),
+    );
     let (v2a, v2b) = (ts_server("v2-session", "va"), ts_server("v2-session", "vb"));
-    let (pa, pb) = (py_server(&["--transport", "streamable-http"], "pa"), py_server(&["--transport", "streamable-http"], "pb"));
-    for (pool, names) in [([&a, &b], ["a", "b"]), ([&v2a, &v2b], ["va", "vb"]), ([&pa, &pb], ["pa", "pb"])] {
+    let (pa, pb) = (
+        py_server(&["--transport", "streamable-http"], "pa"),
+        py_server(&["--transport", "streamable-http"], "pb"),
+    );
+    for (pool, names) in [
+        ([&a, &b], ["a", "b"]),
+        ([&v2a, &v2b], ["va", "vb"]),
+        ([&pa, &pb], ["pa", "pb"]),
+    ] {
         let (edge_a, edge_b) = two_edges(&pool_of(&pool, ""));
-        let lb = Balancer::start(vec![SocketAddr::from(([127, 0, 0, 1], edge_a.port)), SocketAddr::from(([127, 0, 0, 1], edge_b.port))]).await;
+        let lb = Balancer::start(vec![
+            SocketAddr::from(([127, 0, 0, 1], edge_a.port)),
+            SocketAddr::from(([127, 0, 0, 1], edge_b.port)),
+        ])
+        .await;
         let url = format!("http://{}/mcp", lb.addr);
         let runs = tokio::task::spawn_blocking(move || {
             vec![
@@ -136,9 +193,17 @@ async fn official_legacy_clients_work_through_two_replicas() {
             assert_eq!(out["era"], "legacy", "{what}: {out}");
             assert_eq!(out["progress"], 3, "{what}: {out}");
             let echo = out["echo"].as_str().unwrap_or_default();
-            assert!(names.iter().any(|n| echo == format!("{n}:hi")), "{what}: {echo}");
+            assert!(
+                names.iter().any(|n| echo == format!("{n}:hi")),
+                "{what}: {echo}"
+            );
         }
-        assert!(lb.count(0) > 0 && lb.count(1) > 0, "both replicas carried connections: {} / {}", lb.count(0), lb.count(1));
+        assert!(
+            lb.count(0) > 0 && lb.count(1) > 0,
+            "both replicas carried connections: {} / {}",
+            lb.count(0),
+            lb.count(1)
+        );
     }
 }
 
@@ -147,11 +212,17 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
     let sse_route = "sse_path = \"/sse\"\nmessages_path = \"/messages\"\n";
     for python in [false, true] {
         let (a, b) = if python {
-            (py_server(&["--transport", "sse"], "a"), py_server(&["--transport", "sse"], "b"))
+            (
+                py_server(&["--transport", "sse"], "a"),
+                py_server(&["--transport", "sse"], "b"),
+            )
         } else {
             (ts_server("legacy-sse", "a"), ts_server("legacy-sse", "b"))
         };
-        let (edge_a, edge_b) = two_edges(&pool_of(&[&a, &b], &format!("prefix = \"/team\"\n{sse_route}")));
+        let (edge_a, edge_b) = two_edges(&pool_of(
+            &[&a, &b],
+            &format!("prefix = \"/team\"\n{sse_route}"),
+        ));
         let resp = client()
             .get(format!("http://127.0.0.1:{}/team/sse", edge_a.port))
             .header("accept", "text/event-stream")
@@ -161,10 +232,18 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
         assert_eq!(resp.status(), 200);
         let mut stream = resp.bytes_stream();
         let mut seen = String::new();
-        while !seen.contains("event: endpoint") || !seen.contains("\n\n") && !seen.contains("\r\n\r\n") {
-            seen.push_str(&String::from_utf8_lossy(&stream.next().await.unwrap().unwrap()));
+        while !seen.contains("event: endpoint")
+            || !seen.contains("\n\n") && !seen.contains("\r\n\r\n")
+        {
+            seen.push_str(&String::from_utf8_lossy(
+                &stream.next().await.unwrap().unwrap(),
+            ));
         }
-        let data = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap().to_string();
+        let data = seen
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap()
+            .to_string();
         assert!(data.starts_with("/team/messages"), "prefix added: {data}");
         let post_url = format!("http://127.0.0.1:{}{}", edge_b.port, data);
         for (id, method, params) in [
@@ -184,7 +263,11 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
                 loop {
                     let chunk = stream.next().await.unwrap().unwrap();
                     seen.push_str(&String::from_utf8_lossy(&chunk));
-                    let found = seen.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["id"] == id);
+                    let found = seen
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data: "))
+                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                        .find(|v| v["id"] == id);
                     if let Some(v) = found {
                         return v;
                     }
@@ -193,7 +276,9 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
             .await
             .expect("reply never arrived on the stream");
             if method == "tools/call" {
-                let who = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+                let who = reply["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default();
                 assert!(who == "a" || who == "b", "{reply}");
             }
             if method == "initialize" {
@@ -219,18 +304,34 @@ async fn official_sse_clients_work_through_two_replicas() {
     let sse_route = "sse_path = \"/sse\"\nmessages_path = \"/messages\"\n";
     for python in [false, true] {
         let (a, b) = if python {
-            (py_server(&["--transport", "sse"], "a"), py_server(&["--transport", "sse"], "b"))
+            (
+                py_server(&["--transport", "sse"], "a"),
+                py_server(&["--transport", "sse"], "b"),
+            )
         } else {
             (ts_server("legacy-sse", "a"), ts_server("legacy-sse", "b"))
         };
         let (edge_a, edge_b) = two_edges(&pool_of(&[&a, &b], sse_route));
-        let lb = Balancer::start(vec![SocketAddr::from(([127, 0, 0, 1], edge_a.port)), SocketAddr::from(([127, 0, 0, 1], edge_b.port))]).await;
+        let lb = Balancer::start(vec![
+            SocketAddr::from(([127, 0, 0, 1], edge_a.port)),
+            SocketAddr::from(([127, 0, 0, 1], edge_b.port)),
+        ])
+        .await;
         let url = format!("http://{}/sse", lb.addr);
         let runs = tokio::task::spawn_blocking(move || {
             vec![
-                ("ts v2 sse", ts_client(&url, &["--mode", "legacy", "--transport", "sse"])),
-                ("ts v1 sse", ts_client(&url, &["--sdk", "v1", "--transport", "sse"])),
-                ("py sse", py_client(&url, &["--mode", "legacy", "--transport", "sse"])),
+                (
+                    "ts v2 sse",
+                    ts_client(&url, &["--mode", "legacy", "--transport", "sse"]),
+                ),
+                (
+                    "ts v1 sse",
+                    ts_client(&url, &["--sdk", "v1", "--transport", "sse"]),
+                ),
+                (
+                    "py sse",
+                    py_client(&url, &["--mode", "legacy", "--transport", "sse"]),
+                ),
             ]
         })
         .await
@@ -240,13 +341,19 @@ async fn official_sse_clients_work_through_two_replicas() {
             let echo = out["echo"].as_str().unwrap_or_default();
             assert!(echo == "a:hi" || echo == "b:hi", "{what}: {echo}");
         }
-        assert!(lb.count(0) > 0 && lb.count(1) > 0, "both replicas carried connections");
+        assert!(
+            lb.count(0) > 0 && lb.count(1) > 0,
+            "both replicas carried connections"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
-    let (a, b) = (ts_server("legacy-session", "a"), ts_server("legacy-session", "b"));
+    let (a, b) = (
+        ts_server("legacy-session", "a"),
+        ts_server("legacy-session", "b"),
+    );
     let pool = pool_of(&[&a, &b], "");
     let port = free_port();
     let ring = |text: &str| sessions_section(text);
@@ -260,13 +367,24 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     edge.handle.stop();
     drop(edge);
     let mut edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("1:{KEY_A}"))));
-    assert_eq!(whoami(&edge.url(), &old).await, (200, owner.clone()), "after restart");
+    assert_eq!(
+        whoami(&edge.url(), &old).await,
+        (200, owner.clone()),
+        "after restart"
+    );
 
     // (d) a new sealing key is added: old tokens still open, new ones use key 2.
     edge.handle.stop();
     drop(edge);
-    let mut edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}\n1:{KEY_A}"))));
-    assert_eq!(whoami(&edge.url(), &old).await, (200, owner.clone()), "old token under the rotated ring");
+    let mut edge = start_edge_on(
+        port,
+        &format!("{}{pool}", ring(&format!("2:{KEY_B}\n1:{KEY_A}"))),
+    );
+    assert_eq!(
+        whoami(&edge.url(), &old).await,
+        (200, owner.clone()),
+        "old token under the rotated ring"
+    );
     let new = open_session(&edge.url()).await;
     assert_eq!(base64_key_id(&new), 2);
     assert_eq!(base64_key_id(&old), 1);
@@ -275,16 +393,27 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     edge.handle.stop();
     drop(edge);
     let edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}"))));
-    let (status, _, msg) = legacy_post(&edge.url(), Some(&old), json!({"jsonrpc":"2.0","id":3,"method":"tools/list"})).await;
+    let (status, _, msg) = legacy_post(
+        &edge.url(),
+        Some(&old),
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}),
+    )
+    .await;
     assert_eq!((status, msg["error"]["code"].clone()), (404, json!(-32001)));
-    assert_eq!(whoami(&edge.url(), &new).await.0, 200, "the new-key session survives");
+    assert_eq!(
+        whoami(&edge.url(), &new).await.0,
+        200,
+        "the new-key session survives"
+    );
     let again = open_session(&edge.url()).await;
     assert_eq!(whoami(&edge.url(), &again).await.0, 200, "re-initialised");
 }
 
 fn base64_key_id(token: &str) -> u8 {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).unwrap()[1]
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .unwrap()[1]
 }
 
 use std::net::SocketAddr;

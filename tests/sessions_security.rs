@@ -39,7 +39,10 @@ async fn call(edge: &Edge, token: &str, auth: Option<&str>) -> reqwest::Response
     if let Some(a) = auth {
         rb = rb.header("authorization", a);
     }
-    rb.body(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}).to_string()).send().await.unwrap()
+    rb.body(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}).to_string())
+        .send()
+        .await
+        .unwrap()
 }
 
 async fn assert_404(edge: &Edge, token: &str, auth: Option<&str>, kind: &str, what: &str) {
@@ -72,7 +75,14 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     for i in 0..raw.len() {
         let mut m = raw.clone();
         m[i] ^= 0xff;
-        assert_404(&edge, &URL_SAFE_NO_PAD.encode(&m), None, "session_unknown", &format!("byte {i} flipped")).await;
+        assert_404(
+            &edge,
+            &URL_SAFE_NO_PAD.encode(&m),
+            None,
+            "session_unknown",
+            &format!("byte {i} flipped"),
+        )
+        .await;
     }
     // Truncations.
     for n in [0, 1, 2, 13, 14, 30, raw.len() - 1] {
@@ -81,21 +91,69 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
         assert_eq!(resp.status(), 404, "truncated to {n}");
     }
     // Sealed with another key under the same id.
-    assert_404(&edge, &seal_with(KEY_B, &claims(&member)), None, "session_unknown", "wrong key").await;
+    assert_404(
+        &edge,
+        &seal_with(KEY_B, &claims(&member)),
+        None,
+        "session_unknown",
+        "wrong key",
+    )
+    .await;
     // Expired.
-    let old = Claims { issued_at: now() - 601, ..claims(&member) };
-    assert_404(&edge, &seal_with(KEY_A, &old), None, "session_expired", "expired").await;
+    let old = Claims {
+        issued_at: now() - 601,
+        ..claims(&member)
+    };
+    assert_404(
+        &edge,
+        &seal_with(KEY_A, &old),
+        None,
+        "session_expired",
+        "expired",
+    )
+    .await;
     // Bound to another credential, and a bound token presented without one.
-    let bound = Claims { credential: credential_digest(Some(b"Bearer alice")), ..claims(&member) };
+    let bound = Claims {
+        credential: credential_digest(Some(b"Bearer alice")),
+        ..claims(&member)
+    };
     let t = seal_with(KEY_A, &bound);
-    assert_404(&edge, &t, Some("Bearer mallory"), "session_foreign", "other credential").await;
+    assert_404(
+        &edge,
+        &t,
+        Some("Bearer mallory"),
+        "session_foreign",
+        "other credential",
+    )
+    .await;
     assert_404(&edge, &t, None, "session_foreign", "credential dropped").await;
-    assert_eq!(call(&edge, &t, Some("Bearer alice")).await.status(), 200, "the right credential");
+    assert_eq!(
+        call(&edge, &t, Some("Bearer alice")).await.status(),
+        200,
+        "the right credential"
+    );
     // A member not in the pool (an SSRF attempt through a forged-but-valid token).
-    assert_404(&edge, &seal_with(KEY_A, &claims("169.254.169.254:80")), None, "session_member_gone", "foreign member").await;
+    assert_404(
+        &edge,
+        &seal_with(KEY_A, &claims("169.254.169.254:80")),
+        None,
+        "session_member_gone",
+        "foreign member",
+    )
+    .await;
     // Another pool's token.
-    let other_pool = Claims { pool: "other".into(), ..claims(&member) };
-    assert_404(&edge, &seal_with(KEY_A, &other_pool), None, "session_unknown", "other pool").await;
+    let other_pool = Claims {
+        pool: "other".into(),
+        ..claims(&member)
+    };
+    assert_404(
+        &edge,
+        &seal_with(KEY_A, &other_pool),
+        None,
+        "session_unknown",
+        "other pool",
+    )
+    .await;
     // Junk and repeated headers.
     assert_404(&edge, "not-a-token", None, "session_unknown", "junk").await;
     let resp = client()
@@ -109,8 +167,20 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
         .unwrap();
     assert_eq!(resp.status(), 404, "repeated Mcp-Session-Id");
 
-    assert_eq!(mock.count(), 2, "only the two good requests reached the upstream");
-    assert!(wait_metric(&edge, "mcp_edge_session_token_failures_total{reason=\"forged\"}", 1.0).await >= 1.0);
+    assert_eq!(
+        mock.count(),
+        2,
+        "only the two good requests reached the upstream"
+    );
+    assert!(
+        wait_metric(
+            &edge,
+            "mcp_edge_session_token_failures_total{reason=\"forged\"}",
+            1.0
+        )
+        .await
+            >= 1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,5 +191,8 @@ async fn the_upstream_session_id_is_restored_on_the_way_in() {
     assert_eq!(call(&edge, &t, None).await.status(), 200);
     let head = mock.last().unwrap().head.to_ascii_lowercase();
     assert!(head.contains("mcp-session-id: sid-1\r\n"), "{head}");
-    assert!(!head.contains(&t.to_ascii_lowercase()), "the token leaked upstream");
+    assert!(
+        !head.contains(&t.to_ascii_lowercase()),
+        "the token leaked upstream"
+    );
 }

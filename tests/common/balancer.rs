@@ -25,12 +25,15 @@ impl Balancer {
     pub async fn start(backends: Vec<SocketAddr>) -> Balancer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let counts: Arc<Vec<AtomicUsize>> = Arc::new(backends.iter().map(|_| AtomicUsize::new(0)).collect());
+        let counts: Arc<Vec<AtomicUsize>> =
+            Arc::new(backends.iter().map(|_| AtomicUsize::new(0)).collect());
         let c = counts.clone();
         let task = tokio::spawn(async move {
             let mut next = 0usize;
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
                 let i = next % backends.len();
                 next += 1;
                 c[i].fetch_add(1, Ordering::Relaxed);
