@@ -1,19 +1,27 @@
-//! The admin listener: `/metrics` (Prometheus text), `/healthz` (process alive) and
-//! `/readyz` (configuration loaded).
+//! The admin listener: `/metrics` (Prometheus text), `/healthz` (the process serves) and
+//! `/readyz` (a configuration is loaded and every pool has a healthy member).
 
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-pub struct Admin;
+pub struct Admin {
+    pub runtime: std::sync::Arc<arc_swap::ArcSwap<crate::config::Runtime>>,
+}
 
 #[async_trait]
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let (status, content_type, body) = match session.req_header().uri.path() {
             "/metrics" => (200, "text/plain; version=0.0.4", crate::metrics::render()),
-            "/healthz" | "/readyz" => (200, "text/plain", b"ok\n".to_vec()),
+            "/healthz" => (200, "text/plain", b"ok\n".to_vec()),
+            "/readyz" if self.runtime.load().ready() => (200, "text/plain", b"ready\n".to_vec()),
+            "/readyz" => (
+                503,
+                "text/plain",
+                b"not ready: a pool has no healthy member\n".to_vec(),
+            ),
             _ => (
                 404,
                 "text/plain",

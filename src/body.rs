@@ -7,6 +7,8 @@
 //! and offers the whole stored body as the retry buffer, which Pingora sends to the upstream
 //! (again, after a refused connection) whatever the framing was. [`restore`] puts the real
 //! session back before Pingora finishes the request, so the client connection is reused.
+//! Every proxied request gets a `Replay` (with an empty body for GET and DELETE), which is
+//! also how an SSE response learns that the edge is shutting down.
 
 use std::time::Duration;
 
@@ -21,8 +23,8 @@ use pingora::protocols::http::{HttpTask, ServerSession};
 use pingora::protocols::l4::socket::SocketAddr;
 use pingora::protocols::Digest;
 use pingora::proxy::Session;
-use pingora::Result;
-use tokio::sync::oneshot;
+use pingora::{Error, ErrorType, Result};
+use tokio::sync::{oneshot, watch};
 
 use crate::error::EdgeError;
 
@@ -62,16 +64,32 @@ pub async fn read_all(
 /// Where the real session comes back when the request is finished.
 pub type Handback = oneshot::Receiver<Box<ServerSession>>;
 
-/// Replace the downstream session with a [`Replay`] of `body`.
-pub fn install(session: &mut Session, body: Bytes) -> Handback {
+/// Replace the downstream session with a [`Replay`] of `body` (possibly empty). `drain`
+/// turns `true` when the edge shuts down: an SSE response then ends at once (see
+/// [`Replay::read_body_or_idle`]).
+pub fn install(session: &mut Session, body: Bytes, drain: watch::Receiver<bool>) -> Handback {
     let (tx, rx) = oneshot::channel();
     let real = std::mem::replace(&mut session.downstream_session, detached());
     *session.downstream_session = ServerSession::new_custom(Box::new(Replay {
         inner: real,
         body,
         handback: Some(tx),
+        drain,
+        streaming: false,
     }));
     rx
+}
+
+/// The error that ends a streaming response when the edge shuts down.
+pub const DRAINING: ErrorType = ErrorType::Custom("draining");
+
+async fn drained(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            // Nobody can start a drain any more: wait forever.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Put the real session back (no-op when none was installed).
@@ -99,6 +117,15 @@ struct Replay {
     inner: Box<ServerSession>,
     body: Bytes,
     handback: Option<oneshot::Sender<Box<ServerSession>>>,
+    drain: watch::Receiver<bool>,
+    /// The response is an event stream (ended early when the edge drains).
+    streaming: bool,
+}
+
+fn is_event_stream(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 type MessageReader = Box<dyn Stream<Item = Result<Bytes>> + Unpin + Send + Sync + 'static>;
@@ -118,6 +145,7 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_response_header(&mut self, resp: Box<ResponseHeader>, end: bool) -> Result<()> {
+        self.streaming = is_event_stream(&resp);
         self.inner.write_response_header(resp).await?;
         if end {
             self.inner.finish_body().await?;
@@ -125,6 +153,7 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_response_header_ref(&mut self, resp: &ResponseHeader, end: bool) -> Result<()> {
+        self.streaming = is_event_stream(resp);
         self.inner.write_response_header_ref(resp).await?;
         if end {
             self.inner.finish_body().await?;
@@ -177,8 +206,16 @@ impl CustomSession for Replay {
         self.body.is_empty()
     }
     async fn read_body_or_idle(&mut self, no_body_expected: bool) -> Result<Option<Bytes>> {
-        // The body is consumed: this only watches for the client going away.
-        self.inner.read_body_or_idle(no_body_expected).await
+        // The body is consumed: this only watches for the client going away, and, for an
+        // event stream, for the edge shutting down, which ends the proxying of the stream
+        // (the proxy's `logging` then ends the response cleanly).
+        if !self.streaming {
+            return self.inner.read_body_or_idle(no_body_expected).await;
+        }
+        tokio::select! {
+            r = self.inner.read_body_or_idle(no_body_expected) => r,
+            _ = drained(&mut self.drain) => Err(Error::explain(DRAINING, "the edge is shutting down")),
+        }
     }
     fn body_bytes_sent(&self) -> usize {
         self.inner.body_bytes_sent()
@@ -206,7 +243,7 @@ impl CustomSession for Replay {
         false
     }
     fn get_retry_buffer(&self) -> Option<Bytes> {
-        Some(self.body.clone())
+        (!self.body.is_empty()).then(|| self.body.clone())
     }
     async fn finish_custom(&mut self) -> Result<()> {
         if let Some(tx) = self.handback.take() {

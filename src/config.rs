@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::mcp::origin::OriginPolicy;
 use crate::mcp::rules::VersionPolicy;
-use crate::routing::{Member, Pool};
+use crate::routing::{CheckKind, HealthPolicy, Pool, Source};
 use crate::session::KeyRing;
 
 /// Defaults, in one place (the README's config reference lists the same values).
@@ -30,6 +30,13 @@ pub mod defaults {
     pub const H2C: bool = true;
     pub const SESSION_MAX_AGE_SECONDS: u64 = 24 * 3600;
     pub const BIND_CREDENTIAL: bool = true;
+    pub const DNS_INTERVAL_MS: u64 = 5_000;
+    pub const HEALTH_CHECK: &str = "tcp";
+    pub const HEALTH_INTERVAL_MS: u64 = 5_000;
+    pub const HEALTH_TIMEOUT_MS: u64 = 1_000;
+    pub const UNHEALTHY_AFTER: u32 = 2;
+    pub const HEALTHY_AFTER: u32 = 1;
+    pub const EJECT_MS: u64 = 10_000;
 
     /// Query parameters that carry the HTTP+SSE session (TypeScript, Python SDKs).
     pub fn session_params() -> Vec<String> {
@@ -70,6 +77,8 @@ pub struct ServerSection {
     pub threads: Option<usize>,
     pub grace_period_seconds: Option<u64>,
     pub graceful_shutdown_timeout_seconds: Option<u64>,
+    /// Poll the config file for changes this often and reload (0: only on SIGHUP).
+    pub config_watch_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,7 +125,28 @@ pub struct SessionsSection {
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
     pub name: String,
+    /// Static `IP:port` members.
+    #[serde(default)]
     pub members: Vec<String>,
+    /// `host:port` re-resolved on an interval (instead of `members`).
+    pub dns: Option<String>,
+    pub dns_interval_ms: Option<u64>,
+    #[serde(default)]
+    pub health: HealthSection,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSection {
+    /// `tcp`, `mcp` (a `server/discover` probe) or `none`.
+    pub check: Option<String>,
+    /// Path for the `mcp` probe; default: the first route's path using this pool.
+    pub path: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub unhealthy_after: Option<u32>,
+    pub healthy_after: Option<u32>,
+    pub eject_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,6 +174,7 @@ pub struct Startup {
     pub shutdown_timeout: Duration,
     pub listeners: Vec<Listener>,
     pub metrics: Option<SocketAddr>,
+    pub config_watch: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -206,6 +237,7 @@ pub struct Sessions {
 #[derive(Debug)]
 pub struct Runtime {
     pub endpoints: HashMap<String, Endpoint>,
+    pub pools: HashMap<String, Arc<Pool>>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub sessions: Option<Arc<Sessions>>,
@@ -214,6 +246,23 @@ pub struct Runtime {
 impl Runtime {
     pub fn endpoint(&self, path: &str) -> Option<&Endpoint> {
         self.endpoints.get(path)
+    }
+
+    /// Carry member sets and health over from the snapshot this one replaces (reload), so a
+    /// reload neither forgets discovered members nor resets health.
+    pub fn inherit(&self, old: &Runtime) {
+        for (name, pool) in &self.pools {
+            if let Some(previous) = old.pools.get(name) {
+                pool.inherit(previous);
+            }
+        }
+    }
+
+    /// Ready: every pool has at least one healthy member.
+    pub fn ready(&self) -> bool {
+        self.pools
+            .values()
+            .all(|p| p.members().iter().any(|m| m.is_healthy()))
     }
 }
 
@@ -321,22 +370,61 @@ impl File {
             if pools.contains_key(&p.name) {
                 errs.push(format!("pools[{i}].name: duplicate pool '{}'", p.name));
             }
-            if p.members.is_empty() {
-                errs.push(format!(
-                    "pools[{i}].members: pool '{}' needs at least one member",
-                    p.name
-                ));
-            }
-            let mut members = Vec::new();
-            for (j, m) in p.members.iter().enumerate() {
-                match m.parse::<SocketAddr>() {
-                    Ok(addr) => members.push(Member::new(addr)),
-                    Err(e) => errs.push(format!(
-                        "pools[{i}].members[{j}]: '{m}' is not an IP:port ({e})"
-                    )),
+            let source = match (&p.dns, p.members.is_empty()) {
+                (Some(_), false) => {
+                    errs.push(format!(
+                        "pools[{i}].dns: use either members or dns, not both"
+                    ));
+                    continue;
                 }
-            }
-            pools.insert(p.name.clone(), Arc::new(Pool::new(p.name.clone(), members)));
+                (Some(name), true) => {
+                    if !name
+                        .rsplit_once(':')
+                        .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok())
+                    {
+                        errs.push(format!("pools[{i}].dns: '{name}' must be host:port"));
+                    }
+                    let interval = p.dns_interval_ms.unwrap_or(defaults::DNS_INTERVAL_MS);
+                    if interval == 0 {
+                        errs.push(format!(
+                            "pools[{i}].dns_interval_ms: must be greater than 0"
+                        ));
+                    }
+                    Source::Dns {
+                        name: name.clone(),
+                        interval: Duration::from_millis(interval),
+                    }
+                }
+                (None, true) => {
+                    errs.push(format!(
+                        "pools[{i}].members: pool '{}' needs members or dns",
+                        p.name
+                    ));
+                    continue;
+                }
+                (None, false) => {
+                    let mut addrs = Vec::new();
+                    for (j, m) in p.members.iter().enumerate() {
+                        match m.parse::<SocketAddr>() {
+                            Ok(addr) => addrs.push(addr),
+                            Err(e) => errs.push(format!(
+                                "pools[{i}].members[{j}]: '{m}' is not an IP:port ({e}); use dns = \"host:port\" for names"
+                            )),
+                        }
+                    }
+                    Source::Static(addrs)
+                }
+            };
+            let default_path = self
+                .routes
+                .iter()
+                .find(|r| r.pool == p.name)
+                .map_or("/mcp".to_string(), |r| r.path.clone());
+            let health = health_policy(&p.health, i, default_path, &mut errs);
+            pools.insert(
+                p.name.clone(),
+                Arc::new(Pool::new(p.name.clone(), source, health)),
+            );
         }
 
         let mut endpoints: HashMap<String, Endpoint> = HashMap::new();
@@ -462,14 +550,85 @@ impl File {
                 ),
                 listeners,
                 metrics,
+                config_watch: self
+                    .server
+                    .config_watch_ms
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis),
             },
             runtime: Runtime {
                 endpoints,
+                pools,
                 limits,
                 timeouts,
                 sessions,
             },
         })
+    }
+}
+
+fn health_policy(
+    h: &HealthSection,
+    i: usize,
+    default_path: String,
+    errs: &mut Vec<String>,
+) -> HealthPolicy {
+    let check = match h.check.as_deref().unwrap_or(defaults::HEALTH_CHECK) {
+        "tcp" => CheckKind::Tcp,
+        "none" => CheckKind::None,
+        "mcp" => CheckKind::Mcp {
+            path: h.path.clone().unwrap_or(default_path),
+        },
+        other => {
+            errs.push(format!(
+                "pools[{i}].health.check: '{other}' is not one of tcp, mcp, none"
+            ));
+            CheckKind::None
+        }
+    };
+    let ms = |errs: &mut Vec<String>, key: &str, v: Option<u64>, d: u64| {
+        Duration::from_millis(positive(
+            errs,
+            &format!("pools[{i}].health.{key}"),
+            v.map(|v| v as usize),
+            d as usize,
+        ) as u64)
+    };
+    let count = |errs: &mut Vec<String>, key: &str, v: Option<u32>, d: u32| {
+        positive(
+            errs,
+            &format!("pools[{i}].health.{key}"),
+            v.map(|v| v as usize),
+            d as usize,
+        ) as u32
+    };
+    HealthPolicy {
+        check,
+        interval: ms(
+            errs,
+            "interval_ms",
+            h.interval_ms,
+            defaults::HEALTH_INTERVAL_MS,
+        ),
+        timeout: ms(
+            errs,
+            "timeout_ms",
+            h.timeout_ms,
+            defaults::HEALTH_TIMEOUT_MS,
+        ),
+        unhealthy_after: count(
+            errs,
+            "unhealthy_after",
+            h.unhealthy_after,
+            defaults::UNHEALTHY_AFTER,
+        ),
+        healthy_after: count(
+            errs,
+            "healthy_after",
+            h.healthy_after,
+            defaults::HEALTHY_AFTER,
+        ),
+        eject: ms(errs, "eject_ms", h.eject_ms, defaults::EJECT_MS),
     }
 }
 

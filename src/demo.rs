@@ -217,14 +217,24 @@ pub fn run(port: u16) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut built = crate::build_server(config);
+    let mut built = crate::build_server(
+        config,
+        crate::Options {
+            config_path: None,
+            signals: true,
+        },
+    );
     for (name, p) in [("member-a", members[0]), ("member-b", members[1])] {
         built
             .server
             .add_service(service(name, SocketAddr::from(([127, 0, 0, 1], p))).0);
     }
     print_walkthrough(port, members);
-    built.server.run_forever()
+    let signals = crate::shutdown::Signals { drain: built.drain };
+    built.server.run(pingora::server::RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    ExitCode::SUCCESS
 }
 
 fn print_walkthrough(port: u16, members: [u16; 2]) {

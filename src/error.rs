@@ -76,6 +76,8 @@ pub enum EdgeError {
     SessionMemberGone { member: String },
     /// An HTTP+SSE message POST without its session parameter.
     SessionMissing,
+    /// Every member of the pool is unhealthy (or the pool is empty).
+    NoHealthyMember { pool: String },
 }
 
 impl EdgeError {
@@ -108,6 +110,7 @@ impl EdgeError {
             EdgeError::SessionForeign => "session_foreign",
             EdgeError::SessionMemberGone { .. } => "session_member_gone",
             EdgeError::SessionMissing => "session_missing",
+            EdgeError::NoHealthyMember { .. } => "no_healthy_member",
         }
     }
 
@@ -136,6 +139,7 @@ impl EdgeError {
         "session_foreign",
         "session_member_gone",
         "session_missing",
+        "no_healthy_member",
     ];
 
     pub fn status(&self) -> u16 {
@@ -159,6 +163,7 @@ impl EdgeError {
             EdgeError::HeadersTooLarge { .. } => 431,
             EdgeError::ConnectFailed { .. } | EdgeError::UpstreamError { .. } => 502,
             EdgeError::UpstreamTimeout { .. } => 504,
+            EdgeError::NoHealthyMember { .. } => 503,
             EdgeError::Internal { .. } => 500,
         }
     }
@@ -177,6 +182,7 @@ impl EdgeError {
             | EdgeError::SessionMemberGone { .. } => code::SESSION_NOT_FOUND,
             EdgeError::InvalidMeta { .. } => code::INVALID_PARAMS,
             EdgeError::ConnectFailed { .. }
+            | EdgeError::NoHealthyMember { .. }
             | EdgeError::Internal { .. }
             | EdgeError::UpstreamTimeout { .. }
             | EdgeError::UpstreamError { .. } => code::INTERNAL,
@@ -233,6 +239,7 @@ impl EdgeError {
                 "Session not found: the server holding it ({member}) is gone; initialize a new session"
             ),
             EdgeError::SessionMissing => "Missing session parameter on the messages endpoint".to_string(),
+            EdgeError::NoHealthyMember { pool } => format!("No healthy upstream member in pool '{pool}'"),
         }
     }
 

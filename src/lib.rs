@@ -1,7 +1,8 @@
 //! mcp-edge: an MCP-aware edge proxy on Pingora.
 //!
-//! [`build_server`] turns a validated [`config::Config`] into a Pingora server;
-//! [`EdgeHandle`] runs one in the background of the current process (tests, the demo).
+//! [`build_server`] turns a validated [`config::Config`] into a Pingora server with the
+//! proxy listeners, the admin listener, pool maintenance (discovery, health checks) and
+//! reloading; [`EdgeHandle`] runs one in the background of the current process (tests).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -12,10 +13,13 @@ pub mod error;
 pub mod mcp;
 pub mod metrics;
 pub mod proxy;
+pub mod reload;
 pub mod routing;
 pub mod session;
+pub mod shutdown;
 pub mod sse;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -25,17 +29,32 @@ use pingora::apps::http_app::HttpServer;
 use pingora::apps::HttpServerOptions;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::services::background::background_service;
 use pingora::services::listening::Service;
+use tokio::sync::watch;
 
 use config::{Config, Runtime};
+use reload::{ReloadService, Reloader};
 
-/// A Pingora server with the edge's services added, and the handle to its live snapshot.
+/// What [`build_server`] needs besides the configuration.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    /// The file the configuration came from: enables reloading.
+    pub config_path: Option<PathBuf>,
+    /// Listen for SIGHUP (the binary; never in-process tests, which share one process).
+    pub signals: bool,
+}
+
+/// A Pingora server with the edge's services added, and the handles to drive it.
 pub struct Built {
     pub server: Server,
     pub runtime: Arc<ArcSwap<Runtime>>,
+    /// Flip to `true` to end open event streams (shutdown).
+    pub drain: watch::Sender<bool>,
+    pub reloader: Option<Arc<Reloader>>,
 }
 
-pub fn build_server(config: Config) -> Built {
+pub fn build_server(config: Config, options: Options) -> Built {
     let startup = config.startup;
     let conf = ServerConf {
         threads: startup.threads,
@@ -45,10 +64,14 @@ pub fn build_server(config: Config) -> Built {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
+    for pool in config.runtime.pools.values() {
+        metrics::publish_pool(pool);
+    }
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
+    let (drain, drained) = shutdown::drain_switch();
 
     for (i, listener) in startup.listeners.iter().enumerate() {
-        let edge = proxy::Edge::new(runtime.clone());
+        let edge = proxy::Edge::new(runtime.clone(), drained.clone());
         let mut service = pingora::proxy::http_proxy_service_with_name(
             &server.configuration,
             edge,
@@ -65,14 +88,41 @@ pub fn build_server(config: Config) -> Built {
         server.add_service(service);
     }
     if let Some(addr) = startup.metrics {
-        let mut admin = Service::new(
-            "mcp-edge admin".to_string(),
-            HttpServer::new_app(admin::Admin),
-        );
-        admin.add_tcp(&addr.to_string());
-        server.add_service(admin);
+        let admin = admin::Admin {
+            runtime: runtime.clone(),
+        };
+        let mut service = Service::new("mcp-edge admin".to_string(), HttpServer::new_app(admin));
+        service.add_tcp(&addr.to_string());
+        server.add_service(service);
     }
-    Built { server, runtime }
+    server.add_service(background_service(
+        "pool maintenance",
+        routing::health::Maintenance {
+            runtime: runtime.clone(),
+        },
+    ));
+    let reloader = options.config_path.map(|path| {
+        let reloader = Arc::new(Reloader {
+            path,
+            runtime: runtime.clone(),
+            startup: startup.clone(),
+        });
+        server.add_service(background_service(
+            "config reload",
+            ReloadService {
+                reloader: reloader.clone(),
+                signals: options.signals,
+                watch: startup.config_watch,
+            },
+        ));
+        reloader
+    });
+    Built {
+        server,
+        runtime,
+        drain,
+        reloader,
+    }
 }
 
 /// An edge running on background threads of this process; dropping it shuts it down.
@@ -80,6 +130,8 @@ pub struct EdgeHandle {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     pub runtime: Arc<ArcSwap<Runtime>>,
+    pub drain: watch::Sender<bool>,
+    pub reloader: Option<Arc<Reloader>>,
 }
 
 struct StopSignal(std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>);
@@ -97,7 +149,16 @@ impl ShutdownSignalWatch for StopSignal {
 
 impl EdgeHandle {
     pub fn start(config: Config) -> EdgeHandle {
-        let Built { server, runtime } = build_server(config);
+        EdgeHandle::start_with(config, Options::default())
+    }
+
+    pub fn start_with(config: Config, options: Options) -> EdgeHandle {
+        let Built {
+            server,
+            runtime,
+            drain,
+            reloader,
+        } = build_server(config, options);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let signal = StopSignal(std::sync::Mutex::new(Some(rx)));
         let thread = std::thread::spawn(move || {
@@ -109,6 +170,8 @@ impl EdgeHandle {
             stop: Some(tx),
             thread: Some(thread),
             runtime,
+            drain,
+            reloader,
         }
     }
 

@@ -75,6 +75,14 @@ fn run(path: &Path) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let built = mcp_edge::build_server(config);
-    built.server.run_forever()
+    let options = mcp_edge::Options {
+        config_path: Some(path.to_path_buf()),
+        signals: true,
+    };
+    let built = mcp_edge::build_server(config, options);
+    let signals = mcp_edge::shutdown::Signals { drain: built.drain };
+    built.server.run(pingora::server::RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    ExitCode::SUCCESS
 }

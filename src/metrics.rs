@@ -4,7 +4,8 @@
 //! [`crate::mcp::method_label`], error kinds from [`crate::error::EdgeError::kind`], routes
 //! and pools from the configuration.
 
-use std::sync::LazyLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
 
 use prometheus::{
     register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
@@ -30,7 +31,21 @@ pub struct Metrics {
     pub session_tokens: IntCounterVec,
     /// Session tokens refused, by reason.
     pub session_token_failures: IntCounterVec,
+    /// Member health as the edge sees it (1 healthy, 0 not), by pool and member.
+    pub member_healthy: IntGaugeVec,
+    /// Members currently in each pool (static or discovered).
+    pub pool_members: IntGaugeVec,
+    /// Active health checks by pool and result.
+    pub health_checks: IntCounterVec,
+    /// DNS re-resolutions of discovered pools by result (`ok`, `empty`, `error`).
+    pub dns_resolutions: IntCounterVec,
+    /// Connections to a member that failed (refused, timed out), by pool and member.
+    pub connect_failures: IntCounterVec,
+    /// Configuration reloads by result (`success`, `failure`).
+    pub config_reloads: IntCounterVec,
     pub build_info: IntGaugeVec,
+    /// Member labels last published per pool, so departed members' series are removed.
+    published: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 /// Reasons a session token is refused (metric label values).
@@ -101,12 +116,49 @@ fn build() -> Result<Metrics, prometheus::Error> {
             &["reason"],
             registry
         )?,
+        member_healthy: register_int_gauge_vec_with_registry!(
+            "mcp_edge_member_healthy",
+            "1 when the member passes its health checks and is not ejected",
+            &["pool", "member"],
+            registry
+        )?,
+        pool_members: register_int_gauge_vec_with_registry!(
+            "mcp_edge_pool_members",
+            "Members currently in the pool",
+            &["pool"],
+            registry
+        )?,
+        health_checks: register_int_counter_vec_with_registry!(
+            "mcp_edge_health_checks_total",
+            "Active health checks by pool and result",
+            &["pool", "result"],
+            registry
+        )?,
+        dns_resolutions: register_int_counter_vec_with_registry!(
+            "mcp_edge_dns_resolutions_total",
+            "DNS re-resolutions of discovered pools by result",
+            &["pool", "result"],
+            registry
+        )?,
+        connect_failures: register_int_counter_vec_with_registry!(
+            "mcp_edge_upstream_connect_failures_total",
+            "Failed connections to a member (refused, timed out)",
+            &["pool", "member"],
+            registry
+        )?,
+        config_reloads: register_int_counter_vec_with_registry!(
+            "mcp_edge_config_reloads_total",
+            "Configuration reloads by result",
+            &["result"],
+            registry
+        )?,
         build_info: register_int_gauge_vec_with_registry!(
             "mcp_edge_build_info",
             "Build information",
             &["version"],
             registry
         )?,
+        published: Mutex::new(HashMap::new()),
         registry,
     };
     m.build_info
@@ -122,6 +174,9 @@ fn build() -> Result<Metrics, prometheus::Error> {
         m.session_token_failures
             .with_label_values(&[reason])
             .inc_by(0);
+    }
+    for result in ["success", "failure"] {
+        m.config_reloads.with_label_values(&[result]).inc_by(0);
     }
     for era in ["modern", "legacy"] {
         m.active_sse.with_label_values(&[era]).set(0);
@@ -145,6 +200,30 @@ pub fn render() -> Vec<u8> {
     // Encoding into a Vec cannot fail for well-formed metric families.
     let _ = TextEncoder::new().encode(&get().registry.gather(), &mut out);
     out
+}
+
+/// Publish a pool's member count and each member's health; drop series of members that left.
+pub fn publish_pool(pool: &crate::routing::Pool) {
+    let m = get();
+    let members = pool.members();
+    m.pool_members
+        .with_label_values(&[&pool.name])
+        .set(members.len() as i64);
+    let now: HashSet<String> = members.iter().map(|x| x.label.clone()).collect();
+    for member in members.iter() {
+        m.member_healthy
+            .with_label_values(&[&pool.name, &member.label])
+            .set(i64::from(member.is_healthy()));
+    }
+    let Ok(mut published) = m.published.lock() else {
+        return;
+    };
+    let before = published
+        .insert(pool.name.clone(), now.clone())
+        .unwrap_or_default();
+    for gone in before.difference(&now) {
+        let _ = m.member_healthy.remove_label_values(&[&pool.name, gone]);
+    }
 }
 
 /// Status class label (`2xx` … `5xx`).

@@ -25,6 +25,7 @@ use crate::mcp::headers::SESSION_ID;
 use crate::mcp::rules::{self, Era, Rejection, Verdict};
 use crate::mcp::{self, headers};
 use crate::metrics;
+use crate::routing::{Member, Pick};
 use crate::session::affinity::{self, Sticky};
 use crate::session::credential_digest;
 use crate::sse::{self, EndpointRewriter};
@@ -32,11 +33,13 @@ use crate::sse::{self, EndpointRewriter};
 /// The edge: reads the current runtime snapshot once per request.
 pub struct Edge {
     runtime: Arc<ArcSwap<Runtime>>,
+    /// Turns `true` when the edge shuts down.
+    drain: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Edge {
-    pub fn new(runtime: Arc<ArcSwap<Runtime>>) -> Self {
-        Edge { runtime }
+    pub fn new(runtime: Arc<ArcSwap<Runtime>>, drain: tokio::sync::watch::Receiver<bool>) -> Self {
+        Edge { runtime, drain }
     }
 }
 
@@ -53,8 +56,8 @@ pub struct Ctx {
     credential: Option<[u8; 16]>,
     /// HTTP+SSE stream whose `endpoint` event is being rewritten.
     rewriter: Option<EndpointRewriter>,
-    /// Pool indices of members already tried for this request.
-    tried: Vec<usize>,
+    /// Members already tried for this request, in order; the last one is the current one.
+    tried: Vec<Arc<Member>>,
     upstream_started: Option<Instant>,
     upstream_status: Option<u16>,
     edge_error: Option<EdgeError>,
@@ -76,9 +79,8 @@ impl Ctx {
     fn sessions(&self) -> Option<&Sessions> {
         self.snapshot.as_ref()?.sessions.as_deref()
     }
-    fn member(&self) -> Option<&crate::routing::Member> {
-        let route = self.route.as_ref()?;
-        route.pool.members.get(*self.tried.last()?)
+    fn member(&self) -> Option<&Member> {
+        self.tried.last().map(|m| m.as_ref())
     }
 }
 
@@ -110,7 +112,10 @@ impl ProxyHttp for Edge {
         let snapshot = self.runtime.load_full();
         ctx.snapshot = Some(snapshot.clone());
         match admit(session, ctx, &snapshot).await {
-            Ok(()) => Ok(false),
+            Ok(body) => {
+                ctx.handback = Some(body::install(session, body, self.drain.clone()));
+                Ok(false)
+            }
             Err(rejection) => {
                 respond(session, &rejection.error, rejection.id.as_ref()).await;
                 ctx.edge_error = Some(rejection.error);
@@ -123,26 +128,52 @@ impl ProxyHttp for Edge {
         let (Some(route), Some(snapshot)) = (ctx.route.clone(), ctx.snapshot.clone()) else {
             return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
         };
-        let picked = match &ctx.sticky {
-            Some(sticky) if ctx.tried.is_empty() => Some(sticky.member),
-            Some(_) => None,
-            None => route.pool.pick(&ctx.tried),
+        let member = match (&ctx.sticky, ctx.tried.is_empty()) {
+            (Some(sticky), true) => sticky.member.clone(),
+            (Some(_), false) => {
+                return Err(Error::explain(
+                    ErrorType::ConnectError,
+                    "the session's member failed",
+                ))
+            }
+            (None, _) => match route.pool.pick(&ctx.tried) {
+                Pick::Member(m) => m,
+                Pick::AllTried => {
+                    let detail = format!(
+                        "every healthy member of pool '{}' failed to connect",
+                        route.pool.name
+                    );
+                    ctx.edge_error = Some(EdgeError::ConnectFailed { detail });
+                    return Err(Error::explain(
+                        ErrorType::ConnectError,
+                        "no pool member left to try",
+                    ));
+                }
+                // This request's own failures ejected the last members: report those.
+                Pick::NoneHealthy if !ctx.tried.is_empty() => {
+                    let detail = format!(
+                        "every member of pool '{}' failed to connect",
+                        route.pool.name
+                    );
+                    ctx.edge_error = Some(EdgeError::ConnectFailed { detail });
+                    return Err(Error::explain(
+                        ErrorType::ConnectError,
+                        "no pool member left to try",
+                    ));
+                }
+                Pick::NoneHealthy => {
+                    ctx.edge_error = Some(EdgeError::NoHealthyMember {
+                        pool: route.pool.name.clone(),
+                    });
+                    return Err(Error::explain(
+                        ErrorType::ConnectError,
+                        "no healthy pool member",
+                    ));
+                }
+            },
         };
-        let Some(index) = picked else {
-            let detail = format!(
-                "all {} members of pool '{}' failed",
-                route.pool.members.len(),
-                route.pool.name
-            );
-            ctx.edge_error = Some(EdgeError::ConnectFailed { detail });
-            return Err(Error::explain(
-                ErrorType::ConnectError,
-                "no pool member left to try",
-            ));
-        };
-        ctx.tried.push(index);
+        ctx.tried.push(member.clone());
         ctx.upstream_started = Some(Instant::now());
-        let member = &route.pool.members[index];
         let t = snapshot.timeouts;
         let mut peer = HttpPeer::new(member.addr, false, String::new());
         peer.options.connection_timeout = Some(t.connect);
@@ -161,22 +192,29 @@ impl ProxyHttp for Edge {
         ctx: &mut Ctx,
         mut e: Box<Error>,
     ) -> Box<Error> {
-        // Nothing reached this member, so another one may take the request.
-        let left = ctx
-            .route
-            .as_ref()
-            .is_some_and(|r| ctx.tried.len() < r.pool.members.len());
+        if let (Some(route), Some(member)) = (&ctx.route, ctx.tried.last()) {
+            member.record_connect_failure(route.pool.health.eject);
+            metrics::get()
+                .connect_failures
+                .with_label_values(&[&route.pool.name, &member.label])
+                .inc();
+        }
+        if ctx.sticky.is_some() {
+            // The member owning the session is gone, and the session with it.
+            ctx.edge_error = Some(EdgeError::SessionMemberGone {
+                member: peer._address.to_string(),
+            });
+            e.set_retry(false);
+            return e;
+        }
+        // Nothing reached this member, so another one may take the request; `upstream_peer`
+        // decides whether one is left.
         log::warn!(
-            "upstream {} failed to connect: {}; retrying elsewhere: {left}",
+            "upstream {} failed to connect: {}; trying another member",
             peer._address,
             e.etype().as_str()
         );
-        e.set_retry(left);
-        if !left {
-            ctx.edge_error = Some(EdgeError::ConnectFailed {
-                detail: format!("{}: {}", peer._address, e.etype().as_str()),
-            });
-        }
+        e.set_retry(true);
         e
     }
 
@@ -259,6 +297,9 @@ impl ProxyHttp for Edge {
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
+        if e.etype() == &body::DRAINING {
+            return true;
+        }
         // A client closing its stream is how MCP cancels; not an error worth a log line.
         e.esource() == &ErrorSource::Downstream
             && matches!(
@@ -268,6 +309,13 @@ impl ProxyHttp for Edge {
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        if e.etype() == &body::DRAINING {
+            // An event stream ended by shutdown: `logging` closes it cleanly.
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        }
         let error = ctx.edge_error.take().unwrap_or_else(|| classify_failure(e));
         let client_gone = matches!(error, EdgeError::ClientError { .. })
             && matches!(
@@ -289,8 +337,13 @@ impl ProxyHttp for Edge {
         }
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         body::restore(session, &mut ctx.handback).await;
+        if e.is_some_and(|e| e.etype() == &body::DRAINING) {
+            // The edge is shutting down: end the event stream properly (final chunk or h2
+            // END_STREAM) so the client sees a closed stream, not a broken connection.
+            let _ = session.downstream_session.finish_body().await;
+        }
         let m = metrics::get();
         let outcome = match (&ctx.edge_error, ctx.upstream_status) {
             (None, Some(_)) => "forwarded",
@@ -319,13 +372,13 @@ impl ProxyHttp for Edge {
     }
 }
 
-/// Everything that happens before an upstream is chosen. An `Err` is answered by the edge and
-/// never reaches an upstream.
+/// Everything that happens before an upstream is chosen; `Ok` carries the request body
+/// (empty for GET and DELETE). An `Err` is answered by the edge and never reaches an upstream.
 async fn admit(
     session: &mut Session,
     ctx: &mut Ctx,
     snapshot: &Runtime,
-) -> std::result::Result<(), Rejection> {
+) -> std::result::Result<Bytes, Rejection> {
     let reject = |error: EdgeError| Rejection { error, id: None };
     let limits = snapshot.limits;
     let timeouts = snapshot.timeouts;
@@ -373,28 +426,29 @@ async fn admit(
         });
         Ok(())
     };
-    match (endpoint.kind, &method) {
+    let body = match (endpoint.kind, &method) {
         (EndpointKind::Streamable | EndpointKind::Messages, &http::Method::POST) => {
-            read_and_check_body(session, ctx, snapshot, &route).await?;
+            read_and_check_body(session, ctx, snapshot, &route).await?
         }
         (EndpointKind::Streamable, &http::Method::GET | &http::Method::DELETE)
         | (EndpointKind::SseStream, &http::Method::GET) => {
             legacy_only(ctx)?;
+            Bytes::new()
         }
         // CORS preflight: the upstream owns its CORS policy.
-        (_, &http::Method::OPTIONS) => return Ok(()),
+        (_, &http::Method::OPTIONS) => return Ok(Bytes::new()),
         _ => {
             return Err(reject(EdgeError::MethodNotAllowed {
                 method: method.to_string(),
             }))
         }
-    }
+    };
     if ctx.verdict.as_ref().is_some_and(|v| v.era == Era::Legacy) {
         let id = ctx.verdict.as_ref().and_then(|v| v.id.clone());
         ctx.sticky = session_of(session.req_header(), ctx, endpoint.kind, &route)
             .map_err(|error| Rejection { error, id })?;
     }
-    Ok(())
+    Ok(body)
 }
 
 async fn read_and_check_body(
@@ -402,7 +456,7 @@ async fn read_and_check_body(
     ctx: &mut Ctx,
     snapshot: &Runtime,
     route: &Route,
-) -> std::result::Result<(), Rejection> {
+) -> std::result::Result<Bytes, Rejection> {
     let reject = |error: EdgeError| Rejection { error, id: None };
     let req = session.req_header();
     check_content_type(req).map_err(reject)?;
@@ -434,10 +488,7 @@ async fn read_and_check_body(
         });
     }
     ctx.verdict = Some(verdict);
-    if !bytes.is_empty() {
-        ctx.handback = Some(body::install(session, bytes));
-    }
-    Ok(())
+    Ok(bytes)
 }
 
 /// The legacy session a request names, if any: `Mcp-Session-Id` on the Streamable HTTP

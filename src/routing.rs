@@ -1,15 +1,67 @@
-//! Choosing an upstream member: round-robin over a pool, skipping members that already
-//! failed to connect for this request.
+//! Pools and members: round-robin over healthy members, member sets that discovery can
+//! replace at run time, and per-member health (active checks and passive ejection).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+pub mod health;
+
+/// How a pool learns its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Static(Vec<SocketAddr>),
+    /// `host:port`, re-resolved every `interval` (a Kubernetes headless Service → pod IPs).
+    Dns {
+        name: String,
+        interval: Duration,
+    },
+}
+
+/// How a pool's members are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthPolicy {
+    pub check: CheckKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive failed checks before a member is marked unhealthy.
+    pub unhealthy_after: u32,
+    /// Consecutive good checks before it is healthy again.
+    pub healthy_after: u32,
+    /// A member that refused a connection gets no new traffic for this long.
+    pub eject: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    None,
+    /// A TCP connect.
+    Tcp,
+    /// An MCP `server/discover` POST to this path; any HTTP answer below 500 is healthy.
+    Mcp {
+        path: String,
+    },
+}
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
 
 /// One upstream MCP server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Member {
     pub addr: SocketAddr,
-    /// Stable label for metrics and logs (`ip:port`).
+    /// Stable identity for tokens, metrics and logs (`ip:port`).
     pub label: String,
+    checked_ok: AtomicBool,
+    check_failures: AtomicU32,
+    check_successes: AtomicU32,
+    ejected_until_ms: AtomicU64,
 }
 
 impl Member {
@@ -17,36 +69,148 @@ impl Member {
         Member {
             addr,
             label: addr.to_string(),
+            checked_ok: AtomicBool::new(true),
+            check_failures: AtomicU32::new(0),
+            check_successes: AtomicU32::new(0),
+            ejected_until_ms: AtomicU64::new(0),
         }
     }
+
+    /// Passes its active checks and is not ejected.
+    pub fn is_healthy(&self) -> bool {
+        self.checked_ok.load(Ordering::Relaxed)
+            && now_ms() >= self.ejected_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Passive ejection: a refused connection keeps new traffic away for `eject`.
+    pub fn record_connect_failure(&self, eject: Duration) {
+        self.ejected_until_ms
+            .store(now_ms() + eject.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Record an active check; returns the new verdict.
+    pub fn record_check(&self, ok: bool, policy: &HealthPolicy) -> bool {
+        if ok {
+            self.check_failures.store(0, Ordering::Relaxed);
+            let n = self.check_successes.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= policy.healthy_after {
+                self.checked_ok.store(true, Ordering::Relaxed);
+                // A good check also ends a passive ejection early.
+                self.ejected_until_ms.store(0, Ordering::Relaxed);
+            }
+        } else {
+            self.check_successes.store(0, Ordering::Relaxed);
+            let n = self.check_failures.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= policy.unhealthy_after {
+                self.checked_ok.store(false, Ordering::Relaxed);
+            }
+        }
+        self.is_healthy()
+    }
+}
+
+/// The outcome of choosing a member.
+#[derive(Debug)]
+pub enum Pick {
+    Member(Arc<Member>),
+    /// Healthy members exist, but this request already tried every one.
+    AllTried,
+    /// No member is healthy (or the pool is empty).
+    NoneHealthy,
 }
 
 /// A named set of members with a shared round-robin cursor.
 #[derive(Debug)]
 pub struct Pool {
     pub name: String,
-    pub members: Vec<Member>,
+    pub source: Source,
+    pub health: HealthPolicy,
+    members: ArcSwap<Vec<Arc<Member>>>,
     next: AtomicUsize,
 }
 
 impl Pool {
-    pub fn new(name: String, members: Vec<Member>) -> Self {
+    pub fn new(name: String, source: Source, health: HealthPolicy) -> Self {
+        let members = match &source {
+            Source::Static(addrs) => addrs.iter().map(|a| Arc::new(Member::new(*a))).collect(),
+            Source::Dns { .. } => Vec::new(),
+        };
         Pool {
             name,
-            members,
+            source,
+            health,
+            members: ArcSwap::from_pointee(members),
             next: AtomicUsize::new(0),
         }
     }
 
-    /// The next member in round-robin order that is not in `skip` (indices of members this
-    /// request already tried), or `None` when every member was tried.
-    pub fn pick(&self, skip: &[usize]) -> Option<usize> {
-        let n = self.members.len();
-        if n == 0 {
-            return None;
-        }
+    pub fn members(&self) -> Arc<Vec<Arc<Member>>> {
+        self.members.load_full()
+    }
+
+    pub fn find(&self, label: &str) -> Option<Arc<Member>> {
+        self.members
+            .load()
+            .iter()
+            .find(|m| m.label == label)
+            .cloned()
+    }
+
+    /// The next healthy member in round-robin order that this request has not tried.
+    pub fn pick(&self, tried: &[Arc<Member>]) -> Pick {
+        let members = self.members.load();
+        let n = members.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n).map(|k| (start + k) % n).find(|i| !skip.contains(i))
+        let mut any_healthy = false;
+        for k in 0..n {
+            let m = &members[(start + k) % n];
+            if !m.is_healthy() {
+                continue;
+            }
+            any_healthy = true;
+            if !tried.iter().any(|t| Arc::ptr_eq(t, m)) {
+                return Pick::Member(m.clone());
+            }
+        }
+        if any_healthy {
+            Pick::AllTried
+        } else {
+            Pick::NoneHealthy
+        }
+    }
+
+    /// Replace the member set (discovery). Members that stay keep their health state.
+    /// Returns true when the set changed.
+    pub fn set_members(&self, addrs: &[SocketAddr]) -> bool {
+        let current = self.members.load_full();
+        let mut wanted: Vec<SocketAddr> = addrs.to_vec();
+        wanted.sort();
+        wanted.dedup();
+        let mut have: Vec<SocketAddr> = current.iter().map(|m| m.addr).collect();
+        have.sort();
+        if have == wanted {
+            return false;
+        }
+        let next = wanted
+            .iter()
+            .map(|a| {
+                current
+                    .iter()
+                    .find(|m| m.addr == *a)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Member::new(*a)))
+            })
+            .collect();
+        self.members.store(Arc::new(next));
+        true
+    }
+
+    /// After a reload: take over the members (and their health) of the pool this one
+    /// replaces, when both describe the same source.
+    pub fn inherit(&self, old: &Pool) {
+        if self.source == old.source {
+            self.members.store(old.members());
+        }
     }
 }
 
@@ -54,25 +218,69 @@ impl Pool {
 mod tests {
     use super::*;
 
+    fn policy() -> HealthPolicy {
+        HealthPolicy {
+            check: CheckKind::None,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+            unhealthy_after: 2,
+            healthy_after: 1,
+            eject: Duration::from_secs(60),
+        }
+    }
+
     fn pool(n: u16) -> Pool {
-        let members = (0..n)
-            .map(|i| Member::new(SocketAddr::from(([127, 0, 0, 1], 9000 + i))))
+        let addrs = (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
             .collect();
-        Pool::new("p".into(), members)
+        Pool::new("p".into(), Source::Static(addrs), policy())
+    }
+
+    fn port(p: Pick) -> u16 {
+        match p {
+            Pick::Member(m) => m.addr.port(),
+            other => panic!("expected a member, got {other:?}"),
+        }
     }
 
     #[test]
     fn round_robin_visits_every_member() {
         let p = pool(3);
-        let picks: Vec<_> = (0..6).map(|_| p.pick(&[]).unwrap()).collect();
-        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+        let picks: Vec<_> = (0..6).map(|_| port(p.pick(&[]))).collect();
+        assert_eq!(picks, vec![9000, 9001, 9002, 9000, 9001, 9002]);
     }
 
     #[test]
-    fn skips_tried_members_and_ends() {
+    fn skips_tried_and_unhealthy_members() {
         let p = pool(3);
-        assert_eq!(p.pick(&[0]), Some(1));
-        assert_eq!(p.pick(&[0, 1, 2]), None);
-        assert_eq!(pool(0).pick(&[]), None);
+        let m = p.members();
+        assert_eq!(port(p.pick(&[m[0].clone()])), 9001);
+        assert!(matches!(p.pick(&m), Pick::AllTried));
+        m[1].record_connect_failure(Duration::from_secs(60));
+        for _ in 0..4 {
+            assert_ne!(port(p.pick(&[])), 9001, "ejected member picked");
+        }
+        m[0].record_check(false, &policy());
+        assert!(m[0].is_healthy(), "one failed check is not enough");
+        m[0].record_check(false, &policy());
+        m[2].record_check(false, &policy());
+        m[2].record_check(false, &policy());
+        assert!(matches!(p.pick(&[]), Pick::NoneHealthy));
+        m[2].record_check(true, &policy());
+        assert_eq!(port(p.pick(&[])), 9002, "recovered");
+        assert!(matches!(pool(0).pick(&[]), Pick::NoneHealthy));
+    }
+
+    #[test]
+    fn discovery_keeps_health_of_members_that_stay() {
+        let p = pool(2);
+        let m0 = p.members()[0].clone();
+        m0.record_connect_failure(Duration::from_secs(60));
+        let a = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(p.set_members(&[a(9000), a(9005)]));
+        assert!(!p.set_members(&[a(9005), a(9000)]), "same set, other order");
+        assert!(Arc::ptr_eq(&p.find("127.0.0.1:9000").unwrap(), &m0));
+        assert!(p.find("127.0.0.1:9001").is_none(), "left the pool");
+        assert!(!p.find("127.0.0.1:9000").unwrap().is_healthy());
     }
 }

@@ -1,19 +1,21 @@
 //! Turning a client's session token into the member that owns the session, and an
 //! upstream's session identifier into a token.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::{Route, Sessions};
 use crate::error::EdgeError;
 use crate::metrics;
+use crate::routing::Member;
 
 use super::token::{self, Claims, TokenError};
 
 /// Where a legacy request with a session must go, and what to restore on the way.
 #[derive(Debug, Clone)]
 pub struct Sticky {
-    /// Index of the owning member in the route's pool.
-    pub member: usize,
+    /// The owning member (from the route's current pool).
+    pub member: Arc<Member>,
     /// The upstream's own session identifier.
     pub upstream_id: String,
     /// The token the client sent (echoed back when the upstream repeats its identifier).
@@ -71,12 +73,7 @@ pub fn resolve(
     if s.bind_credential && claims.credential != credential {
         return Err(refuse("foreign_credential", EdgeError::SessionForeign));
     }
-    let Some(member) = route
-        .pool
-        .members
-        .iter()
-        .position(|m| m.label == claims.member)
-    else {
+    let Some(member) = route.pool.find(&claims.member) else {
         return Err(refuse(
             "member_gone",
             EdgeError::SessionMemberGone {
