@@ -167,6 +167,10 @@ impl CustomSession for Replay {
         self.inner.write_response_trailers(trailers).await
     }
     async fn response_duplex_vec(&mut self, tasks: Vec<HttpTask>) -> Result<bool> {
+        // Proxied response heads arrive here, not through `write_response_header`.
+        if let Some(HttpTask::Header(resp, _)) = tasks.first() {
+            self.streaming = is_event_stream(resp);
+        }
         self.inner.response_duplex_vec(tasks).await
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) {

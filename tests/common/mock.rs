@@ -61,7 +61,12 @@ impl Drop for Mock {
 
 impl Mock {
     pub async fn start(behavior: Behavior) -> Mock {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Mock::start_on("127.0.0.1:0".parse().unwrap(), behavior).await
+    }
+
+    /// On a given address (to bring a "dead" member back).
+    pub async fn start_on(addr: SocketAddr, behavior: Behavior) -> Mock {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::unbounded_channel();

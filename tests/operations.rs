@@ -1,0 +1,339 @@
+//! Operations: health checks and ejection, DNS discovery, reload under load, readiness.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::mock::{Behavior, Mock};
+use common::*;
+use mcp_edge::config::Config;
+use mcp_edge::{EdgeHandle, Options};
+use serde_json::json;
+
+fn dead() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+async fn list(edge: &Edge) -> reqwest::Response {
+    modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(1), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap()
+}
+
+fn pool_with_health(members: &[SocketAddr], health: &str) -> String {
+    let list: Vec<String> = members.iter().map(|m| format!("\"{m}\"")).collect();
+    format!(
+        "[[pools]]\nname = \"main\"\nmembers = [{}]\n[pools.health]\n{health}\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n",
+        list.join(", ")
+    )
+}
+
+async fn readyz(edge: &Edge) -> u16 {
+    client()
+        .get(format!("http://127.0.0.1:{}/readyz", edge.metrics_port))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
+    let ok = Mock::start(Behavior::Json).await;
+    let dead_addr = dead();
+    let edge = start_edge(&pool_with_health(
+        &[ok.addr, dead_addr],
+        "check = \"tcp\"\ninterval_ms = 100\nunhealthy_after = 1\neject_ms = 1",
+    ));
+    let gauge = format!("mcp_edge_member_healthy{{member=\"{dead_addr}\",pool=\"main\"}}");
+    let failures =
+        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
+    // Marked unhealthy by the checker (the gauge reads 0 and the member gets no traffic).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric(&edge, &gauge).await != 0.0
+        || !client()
+            .get(edge.metrics_url())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains(&gauge)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dead member never marked unhealthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = metric(&edge, &failures).await;
+    for _ in 0..10 {
+        assert_eq!(list(&edge).await.status(), 200);
+    }
+    assert_eq!(
+        metric(&edge, &failures).await,
+        before,
+        "traffic was sent to an unhealthy member"
+    );
+    assert_eq!(readyz(&edge).await, 200, "one healthy member is enough");
+    // It comes back.
+    let revived = Mock::start_on(dead_addr, Behavior::Json).await;
+    assert!(
+        wait_metric(&edge, &gauge, 1.0).await >= 1.0,
+        "revived member never healthy again"
+    );
+    for _ in 0..10 {
+        assert_eq!(list(&edge).await.status(), 200);
+    }
+    assert!(
+        revived.count() >= 4,
+        "recovered member gets traffic again: {}",
+        revived.count()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_healthy_member_is_a_clear_503_and_not_ready() {
+    let edge = start_edge(&pool_with_health(
+        &[dead(), dead()],
+        "check = \"tcp\"\ninterval_ms = 100\nunhealthy_after = 1",
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = list(&edge).await;
+        if resp.status() == 503 {
+            assert_eq!(resp.headers()["x-mcp-edge-error"], "no_healthy_member");
+            let v: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(
+                (v["id"].clone(), v["error"]["code"].clone()),
+                (json!(1), json!(-32603))
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never became 503: {}",
+            resp.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(readyz(&edge).await, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_ejects_the_member_passively() {
+    let ok = Mock::start(Behavior::Json).await;
+    let dead_addr = dead();
+    let edge = start_edge(&pool_with_health(
+        &[dead_addr, ok.addr],
+        "check = \"none\"\neject_ms = 60000",
+    ));
+    let failures =
+        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
+    for _ in 0..20 {
+        assert_eq!(list(&edge).await.status(), 200);
+    }
+    assert_eq!(
+        metric(&edge, &failures).await,
+        1.0,
+        "one refusal, then the member is ejected"
+    );
+    assert_eq!(ok.count(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_probe_tells_an_mcp_server_from_an_open_port() {
+    let good = Mock::start(Behavior::Json).await;
+    let garbage = Mock::start(Behavior::Garbage).await;
+    let edge = start_edge(&pool_with_health(
+        &[good.addr, garbage.addr],
+        "check = \"mcp\"\ninterval_ms = 100\nunhealthy_after = 1",
+    ));
+    let bad = format!(
+        "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
+        garbage.addr
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric(&edge, &bad).await != 0.0
+        || metric(
+            &edge,
+            &format!(
+                "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
+                good.addr
+            ),
+        )
+        .await
+            != 1.0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "probe verdicts never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The probe itself is a server/discover POST.
+    let head = good.last().unwrap().head.to_ascii_lowercase();
+    assert!(
+        head.starts_with("post /mcp") && head.contains("mcp-method: server/discover"),
+        "{head}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_members_are_discovered_and_departures_end_sessions() {
+    let mock = Mock::start(Behavior::Json).await;
+    let port = mock.addr.port();
+    let edge = start_edge(&format!(
+        "[[pools]]\nname = \"main\"\ndns = \"localhost:{port}\"\ndns_interval_ms = 200\n[pools.health]\ncheck = \"none\"\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n"
+    ));
+    assert!(
+        wait_metric(&edge, "mcp_edge_pool_members{pool=\"main\"}", 1.0).await >= 1.0,
+        "localhost never resolved"
+    );
+    for _ in 0..5 {
+        assert_eq!(list(&edge).await.status(), 200);
+    }
+    // A session on the discovered member, then the member leaves the pool.
+    let ring = mcp_edge::session::KeyRing::parse(&format!("1:{KEY_A}")).unwrap();
+    let claims = mcp_edge::session::Claims {
+        pool: "main".into(),
+        member: mock.addr.to_string(),
+        upstream_id: "s".into(),
+        issued_at: mcp_edge::session::affinity::now_secs(),
+        credential: None,
+    };
+    let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();
+    let legacy = |t: &str| {
+        client()
+            .post(edge.url())
+            .header("content-type", "application/json")
+            .header("mcp-session-id", t.to_string())
+            .body(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}).to_string())
+            .send()
+    };
+    assert_eq!(legacy(&token).await.unwrap().status(), 200);
+    let pool = edge.handle.runtime.load().pools["main"].clone();
+    assert!(pool.set_members(&[dead()]), "simulated departure");
+    let resp = legacy(&token).await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.headers()["x-mcp-edge-error"], "session_member_gone");
+}
+
+fn write_config(
+    path: &std::path::Path,
+    port: u16,
+    metrics_port: u16,
+    keys: &str,
+    member: SocketAddr,
+) {
+    let text = format!(
+        "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n[sessions]\nkeys_file = \"{keys}\"\n\n{}",
+        pool_and_route(&[member], "")
+    );
+    // Write-then-rename: a reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_load_loses_no_request() {
+    let (a, b) = (
+        Mock::start(Behavior::Json).await,
+        Mock::start(Behavior::Json).await,
+    );
+    let keys = key_file(&format!("1:{KEY_A}"));
+    let path = std::env::temp_dir().join(format!("mcp-edge-reload-{}.toml", free_port()));
+    let (port, metrics_port) = (free_port(), free_port());
+    write_config(&path, port, metrics_port, &keys, a.addr);
+    let handle = EdgeHandle::start_with(
+        Config::load(&path).unwrap(),
+        Options {
+            config_path: Some(path.clone()),
+            signals: false,
+        },
+    );
+    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
+    wait_listening(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
+    let edge = Edge {
+        handle,
+        port,
+        metrics_port,
+    };
+    let reloader = edge.handle.reloader.clone().unwrap();
+    let ok_before = metric(&edge, "mcp_edge_config_reloads_total{result=\"success\"}").await;
+    let bad_before = metric(&edge, "mcp_edge_config_reloads_total{result=\"failure\"}").await;
+
+    let url = Arc::new(edge.url());
+    let load: Vec<_> = (0..4)
+        .map(|w| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let c = client();
+                let mut statuses = Vec::new();
+                for i in 0..150 {
+                    let body = modern_body(json!(w * 1000 + i), "tools/list", json!({}));
+                    statuses.push(
+                        modern_request(&c, &url, &body)
+                            .send()
+                            .await
+                            .map(|r| r.status().as_u16())
+                            .unwrap_or(0),
+                    );
+                }
+                statuses
+            })
+        })
+        .collect();
+    for i in 0..10 {
+        write_config(
+            &path,
+            port,
+            metrics_port,
+            &keys,
+            if i % 2 == 0 { b.addr } else { a.addr },
+        );
+        reloader.reload().unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // An invalid file is refused; the running configuration stays.
+    std::fs::write(&path, "this is not toml [").unwrap();
+    assert!(reloader.reload().is_err());
+    let mut total = 0;
+    for task in load {
+        let statuses = task.await.unwrap();
+        total += statuses.len();
+        assert!(
+            statuses.iter().all(|s| *s == 200),
+            "a request failed during reloads: {statuses:?}"
+        );
+    }
+    assert_eq!(total, 600);
+    assert_eq!(
+        a.count() + b.count(),
+        600,
+        "every request reached exactly one upstream"
+    );
+    assert!(a.count() > 0 && b.count() > 0);
+    // The last good config (member a) is what serves now.
+    let before = a.count();
+    assert_eq!(list(&edge).await.status(), 200);
+    assert_eq!(a.count(), before + 1);
+    assert_eq!(
+        metric(&edge, "mcp_edge_config_reloads_total{result=\"success\"}").await,
+        ok_before + 10.0
+    );
+    assert_eq!(
+        metric(&edge, "mcp_edge_config_reloads_total{result=\"failure\"}").await,
+        bad_before + 1.0
+    );
+}
