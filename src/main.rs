@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use mcp_edge::config::Config;
 
+// jemalloc: fewer cycles per allocation than glibc malloc on the request path, and less
+// resident memory per idle stream (measured in docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const USAGE: &str = "\
 mcp-edge: an MCP-aware edge proxy
 

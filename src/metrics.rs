@@ -226,6 +226,18 @@ pub fn publish_pool(pool: &crate::routing::Pool) {
     }
 }
 
+/// Drop every series of a pool that no longer exists (after a reload removed it).
+pub fn forget_pool(name: &str) {
+    let m = get();
+    let _ = m.pool_members.remove_label_values(&[name]);
+    let Ok(mut published) = m.published.lock() else {
+        return;
+    };
+    for member in published.remove(name).unwrap_or_default() {
+        let _ = m.member_healthy.remove_label_values(&[name, &member]);
+    }
+}
+
 /// Status class label (`2xx` … `5xx`).
 pub fn status_class(status: u16) -> &'static str {
     match status {

@@ -32,6 +32,13 @@ impl Reloader {
                 for pool in config.runtime.pools.values() {
                     metrics::publish_pool(pool);
                 }
+                for gone in old
+                    .pools
+                    .keys()
+                    .filter(|name| !config.runtime.pools.contains_key(*name))
+                {
+                    metrics::forget_pool(gone);
+                }
                 self.runtime.store(Arc::new(config.runtime));
                 m.config_reloads.with_label_values(&["success"]).inc();
                 let s = &config.startup;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: direct to the upstream, through mcp-edge, through nginx and
+# HAProxy as plain reverse proxies, in one run on one machine. Installs nginx, HAProxy and wrk
+# from Debian when missing, builds in release mode, then runs bench/bench.py.
+# Usage: bash bench/run.sh [--quick]      (--quick: a few seconds, checks the harness works)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for tool in nginx haproxy wrk; do
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then echo "bench: install ${need[*]} (Debian packages)" >&2; exit 1; fi
+  apt-get update -qq
+  # Do not let the packages start their system services on port 80.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+fi
+bash scripts/setup.sh --build-only
+cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora
+if [ "${1:-}" != "--quick" ]; then
+  cargo bench --quiet --bench tokens
+  cargo bench --quiet --bench inspect
+fi
+# As many descriptors as allowed (10,000 idle streams need about 20,000 in the proxy).
+ulimit -n 200000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+PATH="$PATH:/usr/sbin" exec python3 bench/bench.py "$@"

@@ -1,0 +1,107 @@
+//! A fast mock MCP upstream for benchmarks (so the upstream is not the bottleneck):
+//! HTTP/1.1 keep-alive on raw tokio, one thread by default.
+//!
+//! - any POST answers `{"jsonrpc":"2.0","id":<id>,"result":{...}}` (JSON);
+//! - `initialize` also mints an `Mcp-Session-Id` (so legacy token requests can be measured);
+//! - `subscriptions/listen` answers an SSE stream with one event and holds it open until
+//!   the client goes away (idle-stream memory measurements).
+//!
+//! Usage: `bench_upstream <port> [threads]`; prints `LISTENING <port>`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
+
+fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let threads: usize = args.next().and_then(|t| t.parse().ok()).unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        println!("LISTENING {}", listener.local_addr()?.port());
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let _ = serve(stream).await;
+            });
+        }
+    })
+}
+
+async fn serve(stream: TcpStream) -> std::io::Result<()> {
+    let mut r = BufReader::with_capacity(16 * 1024, stream);
+    let mut line = String::new();
+    let mut body = Vec::new();
+    loop {
+        // Request head.
+        let mut content_length = 0usize;
+        let mut first = true;
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await? == 0 {
+                return Ok(());
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if first {
+                first = false;
+                continue;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    content_length = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        body.resize(content_length, 0);
+        r.read_exact(&mut body).await?;
+        let msg: serde_json::Value =
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        let id = msg.get("id").cloned().unwrap_or(serde_json::Value::Null);
+        let method = msg.get("method").and_then(|m| m.as_str()).unwrap_or("");
+        let stream = r.get_mut();
+        match method {
+            "subscriptions/listen" => {
+                let event = format!(
+                    "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":{{\"_meta\":{{\"io.modelcontextprotocol/subscriptionId\":{id}}}}}}}\n\n"
+                );
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
+                    event.len()
+                );
+                stream.write_all(head.as_bytes()).await?;
+                let mut buf = [0u8; 64];
+                // Hold until the client (the edge) closes.
+                while stream.read(&mut buf).await? != 0 {}
+                return Ok(());
+            }
+            _ => {
+                let session = if method == "initialize" {
+                    format!(
+                        "mcp-session-id: bench-{}\r\n",
+                        SESSIONS.fetch_add(1, Ordering::Relaxed)
+                    )
+                } else {
+                    String::new()
+                };
+                let out = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\"content\":[{{\"type\":\"text\",\"text\":\"ok\"}}]}}}}"
+                );
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{session}content-length: {}\r\n\r\n{out}",
+                    out.len()
+                );
+                stream.write_all(resp.as_bytes()).await?;
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Every metric a dashboard panel or alert rule uses is exported by a running edge after
+//! real traffic (a renamed metric would otherwise silently blank a panel).
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::mock::{Behavior, Mock};
+use common::*;
+use serde_json::json;
+
+/// `mcp_edge_*` metric family names referenced in a text, histogram suffixes removed.
+fn referenced(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = text[i..].find("mcp_edge_") {
+        let start = i + pos;
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        let name = &text[start..end];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        out.insert(base.to_string());
+        i = end;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards");
+    let mut wanted = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        // Unit-test inputs for promtool hold made-up series, not queries.
+        if name.ends_with("_test.yml") {
+            continue;
+        }
+        if name.ends_with(".json") || name.ends_with(".yml") || name.ends_with(".yaml") {
+            wanted.extend(referenced(&std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    assert!(
+        wanted.len() >= 10,
+        "dashboards reference too few metrics: {wanted:?}"
+    );
+
+    // Traffic that makes every family appear: a healthy and a dead member (checks,
+    // connect failures), a DNS pool, a forwarded request, an SSE stream, an edge error.
+    let ok = Mock::start(Behavior::Json).await;
+    let sse = Mock::start(Behavior::Sse {
+        frames: vec![(std::time::Duration::ZERO, ": hi\n\n".into())],
+        hold: std::time::Duration::from_millis(10),
+    })
+    .await;
+    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let edge = start_edge(&format!(
+        "[[pools]]\nname = \"main\"\nmembers = [\"{dead}\", \"{}\"]\n[pools.health]\ncheck = \"tcp\"\ninterval_ms = 100\n\n\
+         [[pools]]\nname = \"dns\"\ndns = \"localhost:{}\"\ndns_interval_ms = 100\n\n\
+         [[routes]]\npath = \"/mcp\"\npool = \"main\"\n\n[[routes]]\npath = \"/sse\"\npool = \"dns\"\n",
+        ok.addr,
+        sse.addr.port()
+    ));
+    let c = client();
+    for i in 0..4 {
+        modern_request(
+            &c,
+            &edge.url(),
+            &modern_body(json!(i), "tools/list", json!({})),
+        )
+        .send()
+        .await
+        .unwrap();
+    }
+    let body = modern_body(json!(9), "subscriptions/listen", json!({}));
+    assert!(wait_metric(&edge, "mcp_edge_pool_members{pool=\"dns\"}", 1.0).await >= 1.0);
+    let r = modern_request(&c, &format!("http://127.0.0.1:{}/sse", edge.port), &body)
+        .send()
+        .await
+        .unwrap();
+    r.text().await.unwrap();
+    c.post(edge.url()).body("nope").send().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+
+    let scrape = c
+        .get(edge.metrics_url())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|m| !scrape.contains(&format!("# TYPE {m} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "used by dashboards/alerts but not exported: {missing:?}"
+    );
+}
