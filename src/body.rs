@@ -52,6 +52,7 @@ pub async fn read_all(
                 buf.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(buf.freeze()),
+            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(EdgeError::BodyTimeout),
             Err(e) => {
                 return Err(EdgeError::ClientError {
                     detail: e.to_string(),

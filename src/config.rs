@@ -21,6 +21,9 @@ use crate::session::KeyRing;
 pub mod defaults {
     pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
     pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+    pub const MAX_CONCURRENT_REQUESTS: usize = 10_000;
+    /// About 70 KiB each when idle (docs/benchmarks.md): 4,000 streams ≈ 280 MiB.
+    pub const MAX_STREAMS: usize = 4_000;
     pub const CONNECT_MS: u64 = 2_000;
     pub const UPSTREAM_READ_MS: u64 = 60_000;
     pub const IDLE_MS: u64 = 60_000;
@@ -99,6 +102,8 @@ pub struct MetricsSection {
 pub struct LimitsSection {
     pub max_body_bytes: Option<usize>,
     pub max_header_bytes: Option<usize>,
+    pub max_concurrent_requests: Option<usize>,
+    pub max_streams: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -164,6 +169,9 @@ pub struct RouteSection {
     pub versions: Option<Vec<String>>,
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// Host header allowlist (DNS-rebinding defence): `host` or `host:port`; empty allows any.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Process-level settings that only take effect at start.
@@ -187,6 +195,10 @@ pub struct Listener {
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_header_bytes: usize,
+    /// Requests in flight (streams included) per edge process; more get 503.
+    pub max_concurrent_requests: usize,
+    /// Long-lived streams (`subscriptions/listen`, legacy GET streams) per process.
+    pub max_streams: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +218,8 @@ pub struct Route {
     pub pool: Arc<Pool>,
     pub versions: VersionPolicy,
     pub origins: OriginPolicy,
+    /// Lower-cased `host` / `host:port` entries; empty allows any Host.
+    pub hosts: Vec<String>,
 }
 
 /// Which of a route's endpoints a public path is.
@@ -330,6 +344,18 @@ impl File {
                 "limits.max_header_bytes",
                 self.limits.max_header_bytes,
                 defaults::MAX_HEADER_BYTES,
+            ),
+            max_concurrent_requests: positive(
+                &mut errs,
+                "limits.max_concurrent_requests",
+                self.limits.max_concurrent_requests,
+                defaults::MAX_CONCURRENT_REQUESTS,
+            ),
+            max_streams: positive(
+                &mut errs,
+                "limits.max_streams",
+                self.limits.max_streams,
+                defaults::MAX_STREAMS,
             ),
         };
         let ms = |errs: &mut Vec<String>, key: &str, v: Option<u64>, d: u64| {
@@ -495,6 +521,11 @@ impl File {
                 pool: pool.clone(),
                 versions: policy,
                 origins: OriginPolicy::new(&r.allowed_origins),
+                hosts: r
+                    .allowed_hosts
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
             });
             let mut paths = vec![(r.path.clone(), EndpointKind::Streamable)];
             if let (Some(sse), Some(messages)) = (&r.sse_path, &r.messages_path) {

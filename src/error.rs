@@ -78,6 +78,12 @@ pub enum EdgeError {
     SessionMissing,
     /// Every member of the pool is unhealthy (or the pool is empty).
     NoHealthyMember { pool: String },
+    /// `Host` is not on the route's allowlist (DNS rebinding).
+    HostRejected { host: String },
+    /// `limits.max_concurrent_requests` or `limits.max_streams` reached.
+    Overloaded { limit: &'static str },
+    /// The client stopped sending its body for longer than `timeouts.request_body_ms`.
+    BodyTimeout,
 }
 
 impl EdgeError {
@@ -111,6 +117,9 @@ impl EdgeError {
             EdgeError::SessionMemberGone { .. } => "session_member_gone",
             EdgeError::SessionMissing => "session_missing",
             EdgeError::NoHealthyMember { .. } => "no_healthy_member",
+            EdgeError::HostRejected { .. } => "host_rejected",
+            EdgeError::Overloaded { .. } => "overloaded",
+            EdgeError::BodyTimeout => "body_timeout",
         }
     }
 
@@ -140,6 +149,9 @@ impl EdgeError {
         "session_member_gone",
         "session_missing",
         "no_healthy_member",
+        "host_rejected",
+        "overloaded",
+        "body_timeout",
     ];
 
     pub fn status(&self) -> u16 {
@@ -163,7 +175,9 @@ impl EdgeError {
             EdgeError::HeadersTooLarge { .. } => 431,
             EdgeError::ConnectFailed { .. } | EdgeError::UpstreamError { .. } => 502,
             EdgeError::UpstreamTimeout { .. } => 504,
-            EdgeError::NoHealthyMember { .. } => 503,
+            EdgeError::NoHealthyMember { .. } | EdgeError::Overloaded { .. } => 503,
+            EdgeError::HostRejected { .. } => 403,
+            EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
         }
     }
@@ -187,6 +201,9 @@ impl EdgeError {
             | EdgeError::UpstreamTimeout { .. }
             | EdgeError::UpstreamError { .. } => code::INTERNAL,
             EdgeError::OriginRejected { .. }
+            | EdgeError::HostRejected { .. }
+            | EdgeError::Overloaded { .. }
+            | EdgeError::BodyTimeout
             | EdgeError::BodyTooLarge { .. }
             | EdgeError::HeadersTooLarge { .. }
             | EdgeError::UnsupportedMediaType { .. }
@@ -240,6 +257,9 @@ impl EdgeError {
             ),
             EdgeError::SessionMissing => "Missing session parameter on the messages endpoint".to_string(),
             EdgeError::NoHealthyMember { pool } => format!("No healthy upstream member in pool '{pool}'"),
+            EdgeError::HostRejected { host } => format!("Host '{host}' is not served here"),
+            EdgeError::Overloaded { limit } => format!("The edge is at its {limit} limit; retry later"),
+            EdgeError::BodyTimeout => "The request body was not received in time".to_string(),
         }
     }
 

@@ -69,9 +69,10 @@ pub fn build_server(config: Config, options: Options) -> Built {
     }
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
     let (drain, drained) = shutdown::drain_switch();
+    let load = proxy::Load::default();
 
     for (i, listener) in startup.listeners.iter().enumerate() {
-        let edge = proxy::Edge::new(runtime.clone(), drained.clone());
+        let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone());
         let mut service = pingora::proxy::http_proxy_service_with_name(
             &server.configuration,
             edge,

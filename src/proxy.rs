@@ -35,11 +35,28 @@ pub struct Edge {
     runtime: Arc<ArcSwap<Runtime>>,
     /// Turns `true` when the edge shuts down.
     drain: tokio::sync::watch::Receiver<bool>,
+    /// Requests in flight and long-lived streams open, shared by every listener.
+    load: Load,
+}
+
+/// Process-wide counters behind `limits.max_concurrent_requests` and `limits.max_streams`.
+#[derive(Clone, Default)]
+pub struct Load {
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Edge {
-    pub fn new(runtime: Arc<ArcSwap<Runtime>>, drain: tokio::sync::watch::Receiver<bool>) -> Self {
-        Edge { runtime, drain }
+    pub fn new(
+        runtime: Arc<ArcSwap<Runtime>>,
+        drain: tokio::sync::watch::Receiver<bool>,
+        load: Load,
+    ) -> Self {
+        Edge {
+            runtime,
+            drain,
+            load,
+        }
     }
 }
 
@@ -62,6 +79,8 @@ pub struct Ctx {
     upstream_status: Option<u16>,
     edge_error: Option<EdgeError>,
     handback: Option<body::Handback>,
+    /// Held for the request's lifetime (released on drop).
+    slots: Vec<Slot>,
     answered_continue: bool,
     sse: bool,
 }
@@ -103,6 +122,7 @@ impl ProxyHttp for Edge {
             upstream_status: None,
             edge_error: None,
             handback: None,
+            slots: Vec::new(),
             answered_continue: false,
             sse: false,
         }
@@ -111,7 +131,38 @@ impl ProxyHttp for Edge {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let snapshot = self.runtime.load_full();
         ctx.snapshot = Some(snapshot.clone());
-        match admit(session, ctx, &snapshot).await {
+        let admitted =
+            match Slot::take(&self.load.requests, snapshot.limits.max_concurrent_requests) {
+                Some(slot) => {
+                    ctx.slots.push(slot);
+                    admit(session, ctx, &snapshot).await
+                }
+                None => Err(Rejection {
+                    error: EdgeError::Overloaded {
+                        limit: "concurrent requests",
+                    },
+                    id: None,
+                }),
+            };
+        let admitted = admitted.and_then(|body| {
+            let (Some(kind), req) = (ctx.endpoint, session.req_header()) else {
+                return Ok(body);
+            };
+            if !is_stream(req, kind, ctx.verdict.as_ref()) {
+                return Ok(body);
+            }
+            match Slot::take(&self.load.streams, snapshot.limits.max_streams) {
+                Some(slot) => {
+                    ctx.slots.push(slot);
+                    Ok(body)
+                }
+                None => Err(Rejection {
+                    error: EdgeError::Overloaded { limit: "streams" },
+                    id: ctx.verdict.as_ref().and_then(|v| v.id.clone()),
+                }),
+            }
+        });
+        match admitted {
             Ok(body) => {
                 ctx.handback = Some(body::install(session, body, self.drain.clone()));
                 Ok(false)
@@ -402,6 +453,7 @@ async fn admit(
     ctx.route = Some(route.clone());
     ctx.endpoint = Some(endpoint.kind);
     route.origins.check(&req.headers).map_err(reject)?;
+    check_host(req, &route).map_err(reject)?;
     ctx.credential = credential_digest(
         req.headers
             .get(http::header::AUTHORIZATION)
@@ -622,6 +674,59 @@ fn rewrite_sse_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) {
     }
     // An empty chunk holds back a partial event; `None` would mean end of body.
     *body = Some(Bytes::from(out));
+}
+
+/// The `Host` (or HTTP/2 `:authority`) must be on the route's allowlist when it has one.
+fn check_host(req: &RequestHeader, route: &Route) -> std::result::Result<(), EdgeError> {
+    if route.hosts.is_empty() {
+        return Ok(());
+    }
+    let host = req
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let bare = host
+        .rsplit_once(':')
+        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host.as_str(), |(h, _)| h);
+    if route.hosts.iter().any(|a| *a == host || *a == bare) {
+        Ok(())
+    } else {
+        Err(EdgeError::HostRejected {
+            host: host.chars().take(200).collect(),
+        })
+    }
+}
+
+/// Is this request a long-lived stream (counted against `limits.max_streams`)?
+fn is_stream(req: &RequestHeader, kind: EndpointKind, verdict: Option<&Verdict>) -> bool {
+    match kind {
+        EndpointKind::SseStream => true,
+        EndpointKind::Streamable if req.method == http::Method::GET => true,
+        _ => verdict.and_then(|v| v.method.as_deref()) == Some("subscriptions/listen"),
+    }
+}
+
+/// A slot in a bounded counter, released when the request's context is dropped.
+pub struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Slot {
+    fn take(counter: &Arc<std::sync::atomic::AtomicUsize>, limit: usize) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        let previous = counter.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(counter.clone());
+        (previous < limit).then_some(slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn header_bytes(req: &RequestHeader) -> usize {
