@@ -176,3 +176,68 @@ async fn a_reset_mid_response_ends_the_client_response_not_hangs() {
         .expect("body hung");
     assert!(body.is_err(), "a truncated body must not look complete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_cut_mid_event_ends_in_an_error_not_a_hang() {
+    let mock = Mock::start(Behavior::SseCutMidEvent).await;
+    let edge = start_edge(&pool_and_route(&[mock.addr], ""));
+    let resp = modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(1), "tools/call", json!({"name":"slow"})),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut got = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => got.extend_from_slice(&c),
+                Err(_) => return true,
+            }
+        }
+        false
+    })
+    .await
+    .expect("the client hung on a cut stream");
+    assert!(ended, "a cut stream must not look like a complete one");
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("event: message\ndata: {\"a\":1}\n\n"),
+        "the whole event came through"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_first_byte_is_waited_for_up_to_the_read_timeout() {
+    let mock = Mock::start(Behavior::SlowFirstByte(Duration::from_millis(800))).await;
+    let patient = start_edge(&format!(
+        "[timeouts]\nupstream_read_ms = 2000\n\n{}",
+        pool_and_route(&[mock.addr], "")
+    ));
+    let resp = modern_request(
+        &client(),
+        &patient.url(),
+        &modern_body(json!(1), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let impatient = start_edge(&format!(
+        "[timeouts]\nupstream_read_ms = 300\n\n{}",
+        pool_and_route(&[mock.addr], "")
+    ));
+    let resp = modern_request(
+        &client(),
+        &impatient.url(),
+        &modern_body(json!(2), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 504);
+    assert_eq!(resp.headers()["x-mcp-edge-error"], "upstream_timeout");
+}

@@ -241,6 +241,54 @@ mod tests {
         assert_eq!(open(&old, &t, NOW - 1000, 3600), Err(TokenError::Malformed));
     }
 
+    /// A million random mutations of a real token (flips, truncations, insertions, splices):
+    /// none opens.
+    #[test]
+    fn a_million_random_mutations_never_open() {
+        let ring = KeyRing::parse(&format!("2:{S2}\n1:{S1}")).unwrap();
+        let token = seal(&ring, &claims()).unwrap();
+        let raw = URL_SAFE_NO_PAD.decode(&token).unwrap();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut opened = 0;
+        for _ in 0..1_000_000 {
+            let mut m = raw.clone();
+            match next() % 4 {
+                0 => {
+                    for _ in 0..(1 + next() % 3) {
+                        let i = (next() as usize) % m.len();
+                        m[i] ^= (next() % 255 + 1) as u8;
+                    }
+                }
+                1 => m.truncate((next() as usize) % m.len()),
+                2 => {
+                    let i = (next() as usize) % (m.len() + 1);
+                    m.insert(i, next() as u8);
+                }
+                _ => {
+                    // Splice: the header of the real token, random bytes after it.
+                    let keep = 2 + (next() as usize) % (m.len() - 2);
+                    for b in &mut m[keep..] {
+                        *b = next() as u8;
+                    }
+                }
+            }
+            // Two flips of one byte by the same value give the token back: not a mutation.
+            if m == raw {
+                continue;
+            }
+            if open(&ring, &URL_SAFE_NO_PAD.encode(&m), NOW, 3600).is_ok() {
+                opened += 1;
+            }
+        }
+        assert_eq!(opened, 0);
+    }
+
     #[test]
     fn junk_is_malformed() {
         let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();

@@ -29,6 +29,10 @@ pub enum Behavior {
     Garbage,
     /// Send a response head promising a body, part of it, then reset.
     ResetMidResponse,
+    /// Wait this long before answering like `Json`.
+    SlowFirstByte(Duration),
+    /// Start an SSE response, send one event and half of the next, then close the connection.
+    SseCutMidEvent,
 }
 
 /// One request as the mock saw it.
@@ -177,6 +181,25 @@ async fn serve(
                     text.len()
                 );
                 stream.write_all(resp.as_bytes()).await?;
+            }
+            Behavior::SlowFirstByte(delay) => {
+                tokio::time::sleep(*delay).await;
+                let body =
+                    serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"slow":true}}).to_string();
+                let resp = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                stream.write_all(resp.as_bytes()).await?;
+            }
+            Behavior::SseCutMidEvent => {
+                let whole = "event: message\ndata: {\"a\":1}\n\n";
+                let half = "event: message\ndata: {\"jsonrpc\":";
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{whole}\r\n{:x}\r\n{half}\r\n",
+                    whole.len(),
+                    half.len()
+                );
+                stream.write_all(resp.as_bytes()).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(());
             }
             Behavior::Stall => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
