@@ -179,13 +179,17 @@ impl ProxyHttp for Edge {
         let (Some(route), Some(snapshot)) = (ctx.route.clone(), ctx.snapshot.clone()) else {
             return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
         };
-        let member = match (&ctx.sticky, ctx.tried.is_empty()) {
-            (Some(sticky), true) => sticky.member.clone(),
-            (Some(_), false) => {
+        let member = match (&ctx.sticky, ctx.tried.len()) {
+            // The session's member, and once more after a failed pooled connection.
+            (Some(sticky), 0 | 1) => sticky.member.clone(),
+            (Some(sticky), _) => {
+                ctx.edge_error = Some(EdgeError::SessionMemberGone {
+                    member: sticky.member.label.clone(),
+                });
                 return Err(Error::explain(
                     ErrorType::ConnectError,
                     "the session's member failed",
-                ))
+                ));
             }
             (None, _) => match route.pool.pick(&ctx.tried) {
                 Pick::Member(m) => m,
@@ -347,6 +351,41 @@ impl ProxyHttp for Edge {
         Ok(None)
     }
 
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut Ctx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        // Pingora marks "a reused upstream connection failed before any response" as
+        // retryable only on reuse: the member closed an idle pooled connection, so the request
+        // never reached it. That is safe to send elsewhere even for a POST (the stored body is
+        // replayed), unless the request belongs to a legacy session, whose member is fixed.
+        let before_response = session.response_written().is_none() && ctx.upstream_status.is_none();
+        if !before_response {
+            e.set_retry(false);
+        } else if ctx.sticky.is_some() {
+            // A legacy session's member is fixed: try it once more on a fresh connection when
+            // a pooled one failed; `upstream_peer` turns a second failure into 404.
+            e.set_retry(client_reused || e.etype() == &ErrorType::WriteError);
+            if !e.retry() {
+                ctx.edge_error = Some(EdgeError::SessionMemberGone {
+                    member: peer._address.to_string(),
+                });
+            }
+        } else if e.etype() == &ErrorType::WriteError {
+            // The member took less than the whole request (it closed or died): it cannot
+            // have acted on it.
+            e.set_retry(true);
+        } else {
+            e.retry.decide_reuse(client_reused);
+        }
+        e
+    }
+
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
         if e.etype() == &body::DRAINING {
             return true;
@@ -373,6 +412,11 @@ impl ProxyHttp for Edge {
                 e.etype(),
                 ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
             );
+        // Pingora closes the client connection after a failure: say so (`Connection: close`),
+        // so a keep-alive client does not send its next request into a closing connection.
+        // Keep-alive is a setting of the real session, so put it back first.
+        body::restore(session, &mut ctx.handback).await;
+        session.downstream_session.set_keepalive(None);
         let code = if session.response_written().is_some() || client_gone {
             // Too late for an error response: the stream is cut, which the client sees.
             0
