@@ -24,6 +24,8 @@ pub mod defaults {
     pub const MAX_CONCURRENT_REQUESTS: usize = 10_000;
     /// About 70 KiB each when idle (docs/benchmarks.md): 4,000 streams ≈ 280 MiB.
     pub const MAX_STREAMS: usize = 4_000;
+    /// Below the usual 65,536 descriptors, leaving room for upstream connections.
+    pub const MAX_CONNECTIONS: usize = 20_000;
     pub const CONNECT_MS: u64 = 2_000;
     pub const UPSTREAM_READ_MS: u64 = 60_000;
     pub const IDLE_MS: u64 = 60_000;
@@ -104,6 +106,7 @@ pub struct LimitsSection {
     pub max_header_bytes: Option<usize>,
     pub max_concurrent_requests: Option<usize>,
     pub max_streams: Option<usize>,
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -199,6 +202,8 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     /// Long-lived streams (`subscriptions/listen`, legacy GET streams) per process.
     pub max_streams: usize,
+    /// Open client connections per listener; more are closed at once.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -356,6 +361,12 @@ impl File {
                 "limits.max_streams",
                 self.limits.max_streams,
                 defaults::MAX_STREAMS,
+            ),
+            max_connections: positive(
+                &mut errs,
+                "limits.max_connections",
+                self.limits.max_connections,
+                defaults::MAX_CONNECTIONS,
             ),
         };
         let ms = |errs: &mut Vec<String>, key: &str, v: Option<u64>, d: u64| {

@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod body;
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod error;
 pub mod mcp;
@@ -73,18 +74,15 @@ pub fn build_server(config: Config, options: Options) -> Built {
 
     for (i, listener) in startup.listeners.iter().enumerate() {
         let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone());
-        let mut service = pingora::proxy::http_proxy_service_with_name(
-            &server.configuration,
-            edge,
-            &format!("mcp-edge listener {i} ({})", listener.address),
-        );
+        let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);
         if listener.h2c {
-            if let Some(app) = service.app_logic_mut() {
-                let mut options = HttpServerOptions::default();
-                options.h2c = true;
-                app.server_options = Some(options);
-            }
+            let mut options = HttpServerOptions::default();
+            options.h2c = true;
+            proxy.server_options = Some(options);
         }
+        let app = connections::ConnectionLimit::new(proxy, runtime.clone());
+        let mut service =
+            Service::new(format!("mcp-edge listener {i} ({})", listener.address), app);
         service.add_tcp(&listener.address.to_string());
         server.add_service(service);
     }

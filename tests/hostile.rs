@@ -321,3 +321,50 @@ async fn stream_and_request_limits_answer_503() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(listen().await.unwrap().status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_are_closed_at_once() {
+    let mock = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&format!(
+        "[limits]\nmax_connections = 5\n\n{}",
+        pool_and_route(&[mock.addr], "")
+    ));
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        idle.push(TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut extra = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+    let _ = extra
+        .write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf))
+        .await
+        .expect("not closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the sixth connection is closed without an answer");
+    // Freed slots are usable again.
+    idle.clear();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _) = raw(edge.port, &modern("tools/list", None, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)).await;
+    assert_eq!(status, Some(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ssrf_through_the_request_target_or_host() {
+    // A request naming another address in its absolute-form target and Host still goes to the
+    // pool member, never to the named address.
+    let member = Mock::start(Behavior::Json).await;
+    let elsewhere = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&pool_and_route(&[member.addr], ""));
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{META}}}}}"#);
+    let req = format!(
+        "POST http://{0}/mcp HTTP/1.1\r\nHost: {0}\r\nConnection: close\r\n{JSON}\r\n{V}\r\nMcp-Method: tools/list\r\nContent-Length: {1}\r\n\r\n{body}",
+        elsewhere.addr,
+        body.len()
+    );
+    let (status, text) = raw(edge.port, req.as_bytes()).await;
+    assert_eq!(status, Some(200), "{text}");
+    assert_eq!((member.count(), elsewhere.count()), (1, 0));
+}
