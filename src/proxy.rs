@@ -498,12 +498,6 @@ async fn admit(
     ctx.endpoint = Some(endpoint.kind);
     route.origins.check(&req.headers).map_err(reject)?;
     check_host(req, &route).map_err(reject)?;
-    ctx.credential = credential_digest(
-        req.headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes()),
-    );
-
     let method = req.method.clone();
     let legacy_only = |ctx: &mut Ctx| -> std::result::Result<(), Rejection> {
         if !route.versions.accepts_legacy() {
@@ -540,6 +534,12 @@ async fn admit(
         }
     };
     if ctx.verdict.as_ref().is_some_and(|v| v.era == Era::Legacy) {
+        // Only legacy tokens bind the credential: modern requests skip the digest.
+        let auth = session
+            .req_header()
+            .headers
+            .get(http::header::AUTHORIZATION);
+        ctx.credential = credential_digest(auth.map(|v| v.as_bytes()));
         let id = ctx.verdict.as_ref().and_then(|v| v.id.clone());
         ctx.sticky = session_of(session.req_header(), ctx, endpoint.kind, &route)
             .map_err(|error| Rejection { error, id })?;
@@ -774,7 +774,9 @@ impl Drop for Slot {
 }
 
 fn header_bytes(req: &RequestHeader) -> usize {
-    req.uri.to_string().len()
+    // The request target as sent (origin-form: path and query; else the whole URI).
+    req.uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + req.uri.authority().map_or(0, |a| a.as_str().len())
         + req
             .headers
             .iter()

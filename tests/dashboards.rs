@@ -88,14 +88,7 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     c.post(edge.url()).body("nope").send().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
 
-    let scrape = c
-        .get(edge.metrics_url())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = scrape(&edge).await;
     let missing: Vec<&String> = wanted
         .iter()
         .filter(|m| !scrape.contains(&format!("# TYPE {m} ")))

@@ -32,14 +32,7 @@ async fn core_series_are_exported_after_traffic() {
     assert!(wait_metric(&edge, ok_key, before + 3.0).await >= before + 3.0);
 
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let text = c
-        .get(edge.metrics_url())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = scrape(&edge).await;
     for series in [
         "mcp_edge_errors_total{kind=\"header_mismatch_name\"}",
         "mcp_edge_errors_total{kind=\"connect_failed\"}",

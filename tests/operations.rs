@@ -58,17 +58,7 @@ async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
         format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
     // Marked unhealthy by the checker (the gauge reads 0 and the member gets no traffic).
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while metric(&edge, &gauge).await != 0.0
-        || !client()
-            .get(edge.metrics_url())
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .contains(&gauge)
-    {
+    while metric(&edge, &gauge).await != 0.0 || !scrape(&edge).await.contains(&gauge) {
         assert!(
             std::time::Instant::now() < deadline,
             "dead member never marked unhealthy"

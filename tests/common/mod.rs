@@ -157,17 +157,23 @@ pub fn modern_request(c: &reqwest::Client, url: &str, body: &Value) -> reqwest::
     rb.body(body.to_string())
 }
 
-/// Current value of a counter/gauge sample line in a Prometheus scrape (0 when absent).
-pub async fn metric(edge: &Edge, name_and_labels: &str) -> f64 {
-    let text = client()
+/// The edge's whole Prometheus scrape.
+pub async fn scrape(edge: &Edge) -> String {
+    client()
         .get(edge.metrics_url())
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// Current value of a counter/gauge sample line in a Prometheus scrape (0 when absent).
+pub async fn metric(edge: &Edge, name_and_labels: &str) -> f64 {
+    scrape(edge)
+        .await
+        .lines()
         .find_map(|l| {
             l.strip_prefix(name_and_labels)
                 .and_then(|rest| rest.trim().parse().ok())
