@@ -18,15 +18,15 @@ WORKDIR /build
 
 # Dependencies first, against stub sources, so that changing src/ does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
- && echo 'fn main() {}' > src/main.rs \
+RUN mkdir -p src/bin/mcp-edge \
+ && echo 'fn main() {}' > src/bin/mcp-edge/main.rs \
  && touch src/lib.rs \
  && cargo build --release --locked \
  && rm -rf src
 
 # The real sources; touch them so cargo does not mistake them for the stubs it just built.
 COPY src ./src
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/bin/mcp-edge/main.rs src/lib.rs \
  && cargo build --release --locked \
  && ./target/release/mcp-edge --version
 

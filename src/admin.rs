@@ -7,7 +7,7 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
 pub struct Admin {
-    pub runtime: std::sync::Arc<arc_swap::ArcSwap<crate::config::Runtime>>,
+    pub runtime: std::sync::Arc<arc_swap::ArcSwap<crate::runtime::Runtime>>,
 }
 
 #[async_trait]

@@ -10,8 +10,8 @@ use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 
-use crate::config::Runtime;
 use crate::metrics;
+use crate::runtime::Runtime;
 
 /// Wraps a listener's app and counts the connections it is serving.
 pub struct ConnectionLimit<A> {
@@ -49,10 +49,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
         let before = self.open.fetch_add(1, Ordering::AcqRel);
         let _open = Open(&self.open);
         if before >= max {
-            metrics::get()
-                .edge_errors
-                .with_label_values(&["overloaded"])
-                .inc();
+            metrics::get().edge_error(crate::error::ErrorKind::Overloaded);
             // Dropping the stream closes the connection.
             return None;
         }

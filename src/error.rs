@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use serde_json::{json, Value};
+use strum::{EnumIter, IntoStaticStr};
 
 /// Response header that marks a response the edge produced (not the upstream).
 pub const ERROR_HEADER: &str = "x-mcp-edge-error";
@@ -23,13 +24,102 @@ pub mod code {
     pub const UNSUPPORTED_VERSION: i64 = -32022;
 }
 
-/// Every kind of error the edge can raise. The `kind()` string is the metric label and the
-/// value of the marker header, so it is bounded and stable.
+/// The routing headers the 2026-07-28 rules compare with the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, EnumIter)]
+pub enum RoutingHeader {
+    #[default]
+    ProtocolVersion,
+    Method,
+    Name,
+}
+
+impl RoutingHeader {
+    /// The header's name on the wire (lower case).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RoutingHeader::ProtocolVersion => "mcp-protocol-version",
+            RoutingHeader::Method => "mcp-method",
+            RoutingHeader::Name => "mcp-name",
+        }
+    }
+
+    /// The spec's spelling, for messages.
+    pub const fn display(self) -> &'static str {
+        match self {
+            RoutingHeader::ProtocolVersion => "MCP-Protocol-Version",
+            RoutingHeader::Method => "Mcp-Method",
+            RoutingHeader::Name => "Mcp-Name",
+        }
+    }
+}
+
+/// The bounded name of an [`EdgeError`]: the `x-mcp-edge-error` value and the `kind` label
+/// of `mcp_edge_errors_total`. Every variant is pre-registered as a metric series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ErrorKind {
+    HeaderMismatchProtocolVersion,
+    HeaderMismatchMethod,
+    HeaderMismatchName,
+    UnsupportedVersion,
+    OriginRejected,
+    ParseError,
+    InvalidRequest,
+    InvalidMeta,
+    BodyTooLarge,
+    HeadersTooLarge,
+    UnsupportedMediaType,
+    NoRoute,
+    MethodNotAllowed,
+    ConnectFailed,
+    UpstreamTimeout,
+    UpstreamError,
+    ClientError,
+    Internal,
+    SessionUnknown,
+    SessionExpired,
+    SessionForeign,
+    SessionMemberGone,
+    SessionMissing,
+    NoHealthyMember,
+    HostRejected,
+    Overloaded,
+    BodyTimeout,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// An error the edge answers itself: what went wrong and the JSON-RPC id of the request it
+/// answers (`None` when the edge could not read one). The one value that travels from any
+/// step to the one place that writes the response ([`crate::proxy`]'s `respond`).
 #[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    pub error: EdgeError,
+    pub id: Option<Value>,
+}
+
+impl From<EdgeError> for Rejection {
+    fn from(error: EdgeError) -> Self {
+        Rejection { error, id: None }
+    }
+}
+
+impl Rejection {
+    pub fn with_id(error: EdgeError, id: Option<Value>) -> Self {
+        Rejection { error, id }
+    }
+}
+
+/// Every kind of error the edge can raise; [`EdgeError::kind`] names it.
+#[derive(Debug, Clone, PartialEq, EnumIter)]
 pub enum EdgeError {
     /// A routing header is missing, duplicated, undecodable or differs from the body.
     HeaderMismatch {
-        header: &'static str,
+        header: RoutingHeader,
         detail: String,
     },
     /// The body's protocol version is not accepted by the route.
@@ -88,71 +178,39 @@ pub enum EdgeError {
 
 impl EdgeError {
     /// Stable, bounded name: metric label and marker header value.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            EdgeError::HeaderMismatch { header, .. } => match *header {
-                crate::mcp::headers::PROTOCOL_VERSION => "header_mismatch_protocol_version",
-                crate::mcp::headers::METHOD => "header_mismatch_method",
-                crate::mcp::headers::NAME => "header_mismatch_name",
-                _ => "header_mismatch",
+            EdgeError::HeaderMismatch { header, .. } => match header {
+                RoutingHeader::ProtocolVersion => ErrorKind::HeaderMismatchProtocolVersion,
+                RoutingHeader::Method => ErrorKind::HeaderMismatchMethod,
+                RoutingHeader::Name => ErrorKind::HeaderMismatchName,
             },
-            EdgeError::UnsupportedVersion { .. } => "unsupported_version",
-            EdgeError::OriginRejected { .. } => "origin_rejected",
-            EdgeError::ParseError { .. } => "parse_error",
-            EdgeError::InvalidRequest { .. } => "invalid_request",
-            EdgeError::InvalidMeta { .. } => "invalid_meta",
-            EdgeError::BodyTooLarge { .. } => "body_too_large",
-            EdgeError::HeadersTooLarge { .. } => "headers_too_large",
-            EdgeError::UnsupportedMediaType { .. } => "unsupported_media_type",
-            EdgeError::NoRoute { .. } => "no_route",
-            EdgeError::MethodNotAllowed { .. } => "method_not_allowed",
-            EdgeError::ConnectFailed { .. } => "connect_failed",
-            EdgeError::UpstreamTimeout { .. } => "upstream_timeout",
-            EdgeError::UpstreamError { .. } => "upstream_error",
-            EdgeError::ClientError { .. } => "client_error",
-            EdgeError::Internal { .. } => "internal",
-            EdgeError::SessionUnknown { .. } => "session_unknown",
-            EdgeError::SessionExpired => "session_expired",
-            EdgeError::SessionForeign => "session_foreign",
-            EdgeError::SessionMemberGone { .. } => "session_member_gone",
-            EdgeError::SessionMissing => "session_missing",
-            EdgeError::NoHealthyMember { .. } => "no_healthy_member",
-            EdgeError::HostRejected { .. } => "host_rejected",
-            EdgeError::Overloaded { .. } => "overloaded",
-            EdgeError::BodyTimeout => "body_timeout",
+            EdgeError::UnsupportedVersion { .. } => ErrorKind::UnsupportedVersion,
+            EdgeError::OriginRejected { .. } => ErrorKind::OriginRejected,
+            EdgeError::ParseError { .. } => ErrorKind::ParseError,
+            EdgeError::InvalidRequest { .. } => ErrorKind::InvalidRequest,
+            EdgeError::InvalidMeta { .. } => ErrorKind::InvalidMeta,
+            EdgeError::BodyTooLarge { .. } => ErrorKind::BodyTooLarge,
+            EdgeError::HeadersTooLarge { .. } => ErrorKind::HeadersTooLarge,
+            EdgeError::UnsupportedMediaType { .. } => ErrorKind::UnsupportedMediaType,
+            EdgeError::NoRoute { .. } => ErrorKind::NoRoute,
+            EdgeError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            EdgeError::ConnectFailed { .. } => ErrorKind::ConnectFailed,
+            EdgeError::UpstreamTimeout { .. } => ErrorKind::UpstreamTimeout,
+            EdgeError::UpstreamError { .. } => ErrorKind::UpstreamError,
+            EdgeError::ClientError { .. } => ErrorKind::ClientError,
+            EdgeError::Internal { .. } => ErrorKind::Internal,
+            EdgeError::SessionUnknown { .. } => ErrorKind::SessionUnknown,
+            EdgeError::SessionExpired => ErrorKind::SessionExpired,
+            EdgeError::SessionForeign => ErrorKind::SessionForeign,
+            EdgeError::SessionMemberGone { .. } => ErrorKind::SessionMemberGone,
+            EdgeError::SessionMissing => ErrorKind::SessionMissing,
+            EdgeError::NoHealthyMember { .. } => ErrorKind::NoHealthyMember,
+            EdgeError::HostRejected { .. } => ErrorKind::HostRejected,
+            EdgeError::Overloaded { .. } => ErrorKind::Overloaded,
+            EdgeError::BodyTimeout => ErrorKind::BodyTimeout,
         }
     }
-
-    /// Every kind, for pre-registering metric series and for docs/tests.
-    pub const KINDS: &'static [&'static str] = &[
-        "header_mismatch_protocol_version",
-        "header_mismatch_method",
-        "header_mismatch_name",
-        "unsupported_version",
-        "origin_rejected",
-        "parse_error",
-        "invalid_request",
-        "invalid_meta",
-        "body_too_large",
-        "headers_too_large",
-        "unsupported_media_type",
-        "no_route",
-        "method_not_allowed",
-        "connect_failed",
-        "upstream_timeout",
-        "upstream_error",
-        "client_error",
-        "internal",
-        "session_unknown",
-        "session_expired",
-        "session_foreign",
-        "session_member_gone",
-        "session_missing",
-        "no_healthy_member",
-        "host_rejected",
-        "overloaded",
-        "body_timeout",
-    ];
 
     pub fn status(&self) -> u16 {
         match self {
@@ -275,7 +333,7 @@ impl EdgeError {
                 }
                 Some(data)
             }
-            EdgeError::HeaderMismatch { header, .. } => Some(json!({ "header": header })),
+            EdgeError::HeaderMismatch { header, .. } => Some(json!({ "header": header.name() })),
             _ => None,
         }
     }
@@ -298,7 +356,7 @@ impl EdgeError {
 
 impl std::fmt::Display for EdgeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message(), self.kind())
+        write!(f, "{} ({})", self.message(), self.kind().as_str())
     }
 }
 
@@ -308,27 +366,43 @@ impl std::error::Error for EdgeError {}
 mod tests {
     use super::*;
 
+    use std::collections::HashSet;
+    use strum::IntoEnumIterator;
+
+    /// Every variant, with every routing header for the mismatch.
+    fn every_error() -> Vec<EdgeError> {
+        let mut all: Vec<EdgeError> = EdgeError::iter().collect();
+        all.extend(
+            RoutingHeader::iter().map(|header| EdgeError::HeaderMismatch {
+                header,
+                detail: String::new(),
+            }),
+        );
+        all
+    }
+
     #[test]
-    fn every_kind_is_listed() {
-        let samples = [
-            EdgeError::HeaderMismatch {
-                header: crate::mcp::headers::NAME,
-                detail: String::new(),
-            },
-            EdgeError::UnsupportedVersion {
-                supported: vec![],
-                requested: None,
-            },
-            EdgeError::OriginRejected {
-                origin: String::new(),
-            },
-            EdgeError::BodyTooLarge { limit: 1 },
-            EdgeError::UpstreamTimeout {
-                detail: String::new(),
-            },
-        ];
-        for e in samples {
-            assert!(EdgeError::KINDS.contains(&e.kind()), "{} missing", e.kind());
+    fn every_error_has_a_kind_and_every_kind_an_error() {
+        let produced: HashSet<ErrorKind> = every_error().iter().map(EdgeError::kind).collect();
+        let declared: HashSet<ErrorKind> = ErrorKind::iter().collect();
+        assert_eq!(produced, declared);
+    }
+
+    #[test]
+    fn every_error_body_is_json_rpc_with_its_code() {
+        for e in every_error() {
+            let v: Value = serde_json::from_slice(&e.body(Some(&json!(1)))).unwrap();
+            assert_eq!(v["jsonrpc"], "2.0", "{e:?}");
+            assert_eq!(v["error"]["code"], e.code(), "{e:?}");
+            assert!(v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()));
+            assert!((400..600).contains(&e.status()), "{e:?}");
+            let label = e.kind().as_str();
+            assert!(
+                !label.is_empty() && label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{label}"
+            );
         }
     }
 

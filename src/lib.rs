@@ -6,16 +6,16 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod body;
 pub mod config;
 pub mod connections;
-pub mod demo;
 pub mod error;
+pub mod maintenance;
 pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;
 pub mod routing;
+pub mod runtime;
 pub mod session;
 pub mod shutdown;
 pub mod sse;
@@ -34,8 +34,9 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use tokio::sync::watch;
 
-use config::{Config, Runtime};
+use config::{Config, Startup};
 use reload::{ReloadService, Reloader};
+use runtime::Runtime;
 
 /// What [`build_server`] needs besides the configuration.
 #[derive(Debug, Default, Clone)]
@@ -66,12 +67,45 @@ pub fn build_server(config: Config, options: Options) -> Built {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     for pool in config.runtime.pools.values() {
-        metrics::publish_pool(pool);
+        pool.publish();
     }
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
     let (drain, drained) = shutdown::drain_switch();
-    let load = proxy::Load::default();
+    add_listeners(&mut server, &startup, &runtime, drained);
+    if let Some(addr) = startup.metrics {
+        let admin = admin::Admin {
+            runtime: runtime.clone(),
+        };
+        let mut service = Service::new("mcp-edge admin".to_string(), HttpServer::new_app(admin));
+        service.add_tcp(&addr.to_string());
+        server.add_service(service);
+    }
+    server.add_service(background_service(
+        "pool maintenance",
+        maintenance::Maintenance {
+            runtime: runtime.clone(),
+        },
+    ));
+    let reloader = options
+        .config_path
+        .map(|path| add_reloader(&mut server, path, &startup, &runtime, options.signals));
+    Built {
+        server,
+        runtime,
+        drain,
+        reloader,
+    }
+}
 
+/// One proxy service per listener, sharing the snapshot, the load counters and the switch
+/// that ends open event streams.
+fn add_listeners(
+    server: &mut Server,
+    startup: &Startup,
+    runtime: &Arc<ArcSwap<Runtime>>,
+    drained: watch::Receiver<bool>,
+) {
+    let load = proxy::Load::default();
     for (i, listener) in startup.listeners.iter().enumerate() {
         let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone());
         let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);
@@ -86,42 +120,29 @@ pub fn build_server(config: Config, options: Options) -> Built {
         service.add_tcp(&listener.address.to_string());
         server.add_service(service);
     }
-    if let Some(addr) = startup.metrics {
-        let admin = admin::Admin {
-            runtime: runtime.clone(),
-        };
-        let mut service = Service::new("mcp-edge admin".to_string(), HttpServer::new_app(admin));
-        service.add_tcp(&addr.to_string());
-        server.add_service(service);
-    }
+}
+
+fn add_reloader(
+    server: &mut Server,
+    path: PathBuf,
+    startup: &Startup,
+    runtime: &Arc<ArcSwap<Runtime>>,
+    signals: bool,
+) -> Arc<Reloader> {
+    let reloader = Arc::new(Reloader {
+        path,
+        runtime: runtime.clone(),
+        startup: startup.clone(),
+    });
     server.add_service(background_service(
-        "pool maintenance",
-        routing::health::Maintenance {
-            runtime: runtime.clone(),
+        "config reload",
+        ReloadService {
+            reloader: reloader.clone(),
+            signals,
+            watch: startup.config_watch,
         },
     ));
-    let reloader = options.config_path.map(|path| {
-        let reloader = Arc::new(Reloader {
-            path,
-            runtime: runtime.clone(),
-            startup: startup.clone(),
-        });
-        server.add_service(background_service(
-            "config reload",
-            ReloadService {
-                reloader: reloader.clone(),
-                signals: options.signals,
-                watch: startup.config_watch,
-            },
-        ));
-        reloader
-    });
-    Built {
-        server,
-        runtime,
-        drain,
-        reloader,
-    }
+    reloader
 }
 
 /// An edge running on background threads of this process; dropping it shuts it down.

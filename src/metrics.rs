@@ -1,16 +1,19 @@
 //! Every metric mcp-edge exports, registered once in one registry, with bounded labels.
 //!
 //! Labels never carry session ids, request ids or arguments: methods come from
-//! [`crate::mcp::method_label`], error kinds from [`crate::error::EdgeError::kind`], routes
-//! and pools from the configuration.
+//! [`crate::mcp::method_label`], error kinds from [`ErrorKind`], the other fixed label sets
+//! from the enums below (every value pre-registered, so a series exists before its first
+//! event), routes and pools from the configuration.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 
+use strum::{EnumIter, IntoEnumIterator, IntoStaticStr};
+
+use crate::error::ErrorKind;
+
 use prometheus::{
-    register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
-    register_int_gauge_vec_with_registry, Encoder, HistogramVec, IntCounterVec, IntGaugeVec,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -48,140 +51,198 @@ pub struct Metrics {
     published: Mutex<HashMap<String, HashSet<String>>>,
 }
 
-/// Reasons a session token is refused (metric label values).
-pub const TOKEN_FAILURE_REASONS: &[&str] = &[
-    "malformed",
-    "unknown_key",
-    "forged",
-    "expired",
-    "other_pool",
-    "foreign_credential",
-    "member_gone",
-];
+/// Why the edge refused a session token: the `reason` label of
+/// `mcp_edge_session_token_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum TokenFailure {
+    Malformed,
+    UnknownKey,
+    Forged,
+    Expired,
+    OtherPool,
+    ForeignCredential,
+    MemberGone,
+}
+
+/// What happened to a token: the `op` label of `mcp_edge_session_tokens_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum TokenOp {
+    Sealed,
+    Opened,
+}
+
+/// The `result` label of `mcp_edge_config_reloads_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ReloadResult {
+    Success,
+    Failure,
+}
+
+/// The `era` label: which protocol generation a request belongs to (`unknown` before the
+/// edge could tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum EraLabel {
+    Modern,
+    Legacy,
+    Unknown,
+}
+
+/// Label value of any of the label enums above.
+fn label<L: Into<&'static str>>(l: L) -> &'static str {
+    l.into()
+}
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Registers metrics in one registry; each call is one metric family.
+struct Registrar(Registry);
+
+impl Registrar {
+    fn register<M: prometheus::core::Collector + Clone + 'static>(
+        &self,
+        m: M,
+    ) -> Result<M, prometheus::Error> {
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn counter(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+    fn gauge(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntGaugeVec, prometheus::Error> {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels)?)
+    }
+    fn seconds(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+        self.register(HistogramVec::new(opts, labels)?)
+    }
+}
+
 fn build() -> Result<Metrics, prometheus::Error> {
-    let registry = Registry::new();
+    let r = Registrar(Registry::new());
     let m = Metrics {
-        requests: register_int_counter_vec_with_registry!(
+        requests: r.counter(
             "mcp_edge_requests_total",
             "MCP requests by route, method, era and outcome",
             &["route", "method", "era", "outcome"],
-            registry
         )?,
-        edge_errors: register_int_counter_vec_with_registry!(
+        edge_errors: r.counter(
             "mcp_edge_errors_total",
             "Errors raised by the edge itself, by kind",
             &["kind"],
-            registry
         )?,
-        upstream_latency: register_histogram_vec_with_registry!(
+        upstream_latency: r.seconds(
             "mcp_edge_upstream_response_seconds",
             "Time from choosing an upstream member to its response header",
             &["pool"],
-            LATENCY_BUCKETS.to_vec(),
-            registry
         )?,
-        request_duration: register_histogram_vec_with_registry!(
+        request_duration: r.seconds(
             "mcp_edge_request_duration_seconds",
             "Time from request start to the end of the response",
             &["route", "era"],
-            LATENCY_BUCKETS.to_vec(),
-            registry
         )?,
-        upstream_responses: register_int_counter_vec_with_registry!(
+        upstream_responses: r.counter(
             "mcp_edge_upstream_responses_total",
             "Upstream responses by pool, member and status class",
             &["pool", "member", "class"],
-            registry
         )?,
-        active_sse: register_int_gauge_vec_with_registry!(
+        active_sse: r.gauge(
             "mcp_edge_active_sse_streams",
             "SSE responses currently streaming, by era",
             &["era"],
-            registry
         )?,
-        session_tokens: register_int_counter_vec_with_registry!(
+        session_tokens: r.counter(
             "mcp_edge_session_tokens_total",
             "Legacy session tokens sealed and opened",
             &["op"],
-            registry
         )?,
-        session_token_failures: register_int_counter_vec_with_registry!(
+        session_token_failures: r.counter(
             "mcp_edge_session_token_failures_total",
             "Legacy session tokens refused, by reason",
             &["reason"],
-            registry
         )?,
-        member_healthy: register_int_gauge_vec_with_registry!(
+        member_healthy: r.gauge(
             "mcp_edge_member_healthy",
             "1 when the member passes its health checks and is not ejected",
             &["pool", "member"],
-            registry
         )?,
-        pool_members: register_int_gauge_vec_with_registry!(
+        pool_members: r.gauge(
             "mcp_edge_pool_members",
             "Members currently in the pool",
             &["pool"],
-            registry
         )?,
-        health_checks: register_int_counter_vec_with_registry!(
+        health_checks: r.counter(
             "mcp_edge_health_checks_total",
             "Active health checks by pool and result",
             &["pool", "result"],
-            registry
         )?,
-        dns_resolutions: register_int_counter_vec_with_registry!(
+        dns_resolutions: r.counter(
             "mcp_edge_dns_resolutions_total",
             "DNS re-resolutions of discovered pools by result",
             &["pool", "result"],
-            registry
         )?,
-        connect_failures: register_int_counter_vec_with_registry!(
+        connect_failures: r.counter(
             "mcp_edge_upstream_connect_failures_total",
             "Failed connections to a member (refused, timed out)",
             &["pool", "member"],
-            registry
         )?,
-        config_reloads: register_int_counter_vec_with_registry!(
+        config_reloads: r.counter(
             "mcp_edge_config_reloads_total",
             "Configuration reloads by result",
             &["result"],
-            registry
         )?,
-        build_info: register_int_gauge_vec_with_registry!(
-            "mcp_edge_build_info",
-            "Build information",
-            &["version"],
-            registry
-        )?,
+        build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
         published: Mutex::new(HashMap::new()),
-        registry,
+        registry: r.0,
     };
+    preregister(&m);
+    Ok(m)
+}
+
+/// Every fixed label value gets its series at start, so a dashboard sees 0, not nothing.
+fn preregister(m: &Metrics) {
     m.build_info
         .with_label_values(&[env!("CARGO_PKG_VERSION")])
         .set(1);
-    for kind in crate::error::EdgeError::KINDS {
-        m.edge_errors.with_label_values(&[kind]).inc_by(0);
+    for kind in ErrorKind::iter() {
+        m.edge_errors.with_label_values(&[kind.as_str()]).inc_by(0);
     }
-    for op in ["sealed", "opened"] {
-        m.session_tokens.with_label_values(&[op]).inc_by(0);
+    for op in TokenOp::iter() {
+        m.session_tokens.with_label_values(&[label(op)]).inc_by(0);
     }
-    for reason in TOKEN_FAILURE_REASONS {
+    for reason in TokenFailure::iter() {
         m.session_token_failures
-            .with_label_values(&[reason])
+            .with_label_values(&[label(reason)])
             .inc_by(0);
     }
-    for result in ["success", "failure"] {
-        m.config_reloads.with_label_values(&[result]).inc_by(0);
+    for result in ReloadResult::iter() {
+        m.config_reloads
+            .with_label_values(&[label(result)])
+            .inc_by(0);
     }
-    for era in ["modern", "legacy"] {
-        m.active_sse.with_label_values(&[era]).set(0);
+    for era in [EraLabel::Modern, EraLabel::Legacy] {
+        m.active_sse.with_label_values(&[label(era)]).set(0);
     }
-    Ok(m)
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build() {
@@ -194,6 +255,30 @@ pub fn get() -> &'static Metrics {
     &METRICS
 }
 
+impl Metrics {
+    /// Count an error the edge raised.
+    pub fn edge_error(&self, kind: ErrorKind) {
+        self.edge_errors.with_label_values(&[kind.as_str()]).inc();
+    }
+    pub fn token(&self, op: TokenOp) {
+        self.session_tokens.with_label_values(&[label(op)]).inc();
+    }
+    pub fn token_failure(&self, reason: TokenFailure) {
+        self.session_token_failures
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
+    pub fn reload(&self, result: ReloadResult) {
+        self.config_reloads
+            .with_label_values(&[label(result)])
+            .inc();
+    }
+    /// An SSE response started (`+1`) or ended (`-1`).
+    pub fn sse_streams(&self, era: EraLabel, delta: i64) {
+        self.active_sse.with_label_values(&[label(era)]).add(delta);
+    }
+}
+
 /// The Prometheus text exposition of every metric.
 pub fn render() -> Vec<u8> {
     let mut out = Vec::new();
@@ -202,27 +287,26 @@ pub fn render() -> Vec<u8> {
     out
 }
 
-/// Publish a pool's member count and each member's health; drop series of members that left.
-pub fn publish_pool(pool: &crate::routing::Pool) {
+/// Publish a pool's members (label, healthy); drop series of members that left.
+pub fn publish_pool(pool: &str, members: &[(&str, bool)]) {
     let m = get();
-    let members = pool.members();
     m.pool_members
-        .with_label_values(&[&pool.name])
+        .with_label_values(&[pool])
         .set(members.len() as i64);
-    let now: HashSet<String> = members.iter().map(|x| x.label.clone()).collect();
-    for member in members.iter() {
+    let now: HashSet<String> = members.iter().map(|(l, _)| l.to_string()).collect();
+    for (member, healthy) in members {
         m.member_healthy
-            .with_label_values(&[&pool.name, &member.label])
-            .set(i64::from(member.is_healthy()));
+            .with_label_values(&[pool, member])
+            .set(i64::from(*healthy));
     }
     let Ok(mut published) = m.published.lock() else {
         return;
     };
     let before = published
-        .insert(pool.name.clone(), now.clone())
+        .insert(pool.to_string(), now.clone())
         .unwrap_or_default();
     for gone in before.difference(&now) {
-        let _ = m.member_healthy.remove_label_values(&[&pool.name, gone]);
+        let _ = m.member_healthy.remove_label_values(&[pool, gone]);
     }
 }
 

@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use crate::config::{Config, Runtime, Startup};
+use crate::config::{Config, Startup};
 use crate::metrics;
+use crate::runtime::Runtime;
 
 pub struct Reloader {
     pub path: PathBuf,
@@ -30,7 +31,7 @@ impl Reloader {
                 let old = self.runtime.load_full();
                 config.runtime.inherit(&old);
                 for pool in config.runtime.pools.values() {
-                    metrics::publish_pool(pool);
+                    pool.publish();
                 }
                 for gone in old
                     .pools
@@ -40,7 +41,7 @@ impl Reloader {
                     metrics::forget_pool(gone);
                 }
                 self.runtime.store(Arc::new(config.runtime));
-                m.config_reloads.with_label_values(&["success"]).inc();
+                m.reload(metrics::ReloadResult::Success);
                 let s = &config.startup;
                 if s.listeners.iter().map(|l| l.address).ne(self
                     .startup
@@ -57,7 +58,7 @@ impl Reloader {
                 Ok(())
             }
             Err(errs) => {
-                m.config_reloads.with_label_values(&["failure"]).inc();
+                m.reload(metrics::ReloadResult::Failure);
                 log::error!(
                     "config reload from {} failed; keeping the running configuration:",
                     self.path.display()

@@ -148,6 +148,16 @@ impl Pool {
         self.members.load_full()
     }
 
+    /// Publish the member count and each member's health as metrics.
+    pub fn publish(&self) {
+        let members = self.members();
+        let health: Vec<(&str, bool)> = members
+            .iter()
+            .map(|m| (m.label.as_str(), m.is_healthy()))
+            .collect();
+        crate::metrics::publish_pool(&self.name, &health);
+    }
+
     pub fn find(&self, label: &str) -> Option<Arc<Member>> {
         self.members
             .load()

@@ -5,21 +5,13 @@ use std::borrow::Cow;
 use base64::Engine;
 use http::HeaderMap;
 
-pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-pub const METHOD: &str = "mcp-method";
-pub const NAME: &str = "mcp-name";
+use crate::error::RoutingHeader;
+
+pub const PROTOCOL_VERSION: &str = RoutingHeader::ProtocolVersion.name();
+pub const METHOD: &str = RoutingHeader::Method.name();
+pub const NAME: &str = RoutingHeader::Name.name();
 pub const SESSION_ID: &str = "mcp-session-id";
 pub const ORIGIN: &str = "origin";
-
-/// Canonical spelling for messages (the spec's casing).
-pub fn display_name(header: &str) -> &'static str {
-    match header {
-        PROTOCOL_VERSION => "MCP-Protocol-Version",
-        METHOD => "Mcp-Method",
-        NAME => "Mcp-Name",
-        _ => "header",
-    }
-}
 
 /// Why a header value could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

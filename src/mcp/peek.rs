@@ -228,78 +228,69 @@ impl<'a> Message<'a> {
     }
 }
 
+impl<'a> Message<'a> {
+    /// A body that is valid JSON but not an object (null, a number, a string, an array).
+    fn not_an_object() -> Self {
+        Message {
+            not_an_object: true,
+            ..Message::default()
+        }
+    }
+}
+
 impl<'de: 'a, 'a> Deserialize<'de> for Message<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Message<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON-RPC message")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut m = Message::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "jsonrpc" => m.jsonrpc = Some(map.next_value()?),
-                        "id" => m.id = Some(map.next_value::<&'de RawValue>()?),
-                        "method" => m.method = Some(map.next_value()?),
-                        "params" => m.params = map.next_value::<LenientParams>()?.0,
-                        "result" | "error" => {
-                            map.next_value::<IgnoredAny>()?;
-                            m.is_response = true;
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
+        d.deserialize_any(MessageVisitor)
+    }
+}
+
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = Message<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut m = Message::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "jsonrpc" => m.jsonrpc = Some(map.next_value()?),
+                "id" => m.id = Some(map.next_value::<&'de RawValue>()?),
+                "method" => m.method = Some(map.next_value()?),
+                "params" => m.params = map.next_value::<LenientParams>()?.0,
+                "result" | "error" => {
+                    map.next_value::<IgnoredAny>()?;
+                    m.is_response = true;
                 }
-                Ok(m)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Message {
-                    not_an_object: true,
-                    ..Message::default()
-                })
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        d.deserialize_any(V)
+        Ok(m)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Message::not_an_object())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Message::not_an_object())
     }
 }
 

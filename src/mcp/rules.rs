@@ -7,11 +7,16 @@
 //! header names a non-legacy revision, in which case header and body disagree.
 
 use http::HeaderMap;
+
+use crate::metrics::EraLabel;
 use serde_json::Value;
 
-use super::headers::{self, display_name, HeaderProblem, METHOD, NAME, PROTOCOL_VERSION};
+use super::headers::{self, HeaderProblem};
 use super::peek::{self, Body, Field, Message};
-use crate::error::EdgeError;
+use crate::error::RoutingHeader::{
+    self, Method as METHOD, Name as NAME, ProtocolVersion as PROTOCOL_VERSION,
+};
+pub use crate::error::{EdgeError, Rejection};
 
 /// Which protocol generation a request belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,10 +28,10 @@ pub enum Era {
 }
 
 impl Era {
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> EraLabel {
         match self {
-            Era::Modern(_) => "modern",
-            Era::Legacy => "legacy",
+            Era::Modern(_) => EraLabel::Modern,
+            Era::Legacy => EraLabel::Legacy,
         }
     }
 }
@@ -39,13 +44,6 @@ pub struct Verdict {
     pub id: Option<Value>,
     /// The decoded `Mcp-Name` subject (tool, prompt, resource URI, task id), for logs.
     pub name: Option<String>,
-}
-
-/// A rejected request: the error and the id to echo.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rejection {
-    pub error: EdgeError,
-    pub id: Option<Value>,
 }
 
 /// Versions a route accepts: modern revisions and, when any legacy revision is listed,
@@ -183,29 +181,23 @@ fn check_single(
         return legacy(m, header_version, policy, id);
     };
 
-    // Modern from here on.
-    let Some(version) = claim.as_str() else {
-        return Err(reject(EdgeError::InvalidMeta {
-            detail: format!("{}: not a string", peek::META_PROTOCOL_VERSION),
-        }));
-    };
-    if m.jsonrpc.as_ref().and_then(Field::as_str) != Some("2.0") {
-        return Err(reject(EdgeError::InvalidRequest {
-            detail: "jsonrpc must be \"2.0\"".into(),
-        }));
-    }
-    let Some(method) = m.method() else {
-        return Err(reject(EdgeError::InvalidRequest {
-            detail: "method must be a string".into(),
-        }));
-    };
-    if m.id.is_some() && id.is_none() {
-        return Err(reject(EdgeError::InvalidRequest {
-            detail: "id must be a string or a number".into(),
-        }));
-    }
-    let is_request = m.id.is_some();
+    modern(headers, m, claim, header_version, policy, id)
+}
 
+/// A 2026-07-28 message: its envelope, then its routing headers against the body.
+fn modern(
+    headers: &HeaderMap,
+    m: &Message<'_>,
+    claim: &Field<'_>,
+    header_version: Option<&str>,
+    policy: &VersionPolicy,
+    id: Option<Value>,
+) -> Result<Verdict, Rejection> {
+    let reject = |error: EdgeError| Rejection {
+        error,
+        id: id.clone(),
+    };
+    let (version, method) = envelope(m, claim, id.is_some()).map_err(reject)?;
     match header_version {
         None => return Err(reject(missing(PROTOCOL_VERSION))),
         Some(h) if h != version => {
@@ -219,9 +211,55 @@ fn check_single(
     if !policy.accepts_modern(version) {
         return Err(reject(policy.unsupported(Some(version.to_owned()))));
     }
+    let name = routing_headers(headers, m, method, id.as_ref())?;
+    Ok(Verdict {
+        era: Era::Modern(version.to_owned()),
+        method: Some(method.to_owned()),
+        id,
+        name,
+    })
+}
 
-    // Notifications have no header requirements in 2026-07-28; check what is present.
-    match header(headers, METHOD, id.as_ref())? {
+/// The version claim, `jsonrpc`, `method` and `id` of a modern message: (version, method).
+fn envelope<'m>(
+    m: &'m Message<'_>,
+    claim: &'m Field<'_>,
+    id_readable: bool,
+) -> Result<(&'m str, &'m str), EdgeError> {
+    let invalid = |detail: &str| EdgeError::InvalidRequest {
+        detail: detail.into(),
+    };
+    let Some(version) = claim.as_str() else {
+        return Err(EdgeError::InvalidMeta {
+            detail: format!("{}: not a string", peek::META_PROTOCOL_VERSION),
+        });
+    };
+    if m.jsonrpc.as_ref().and_then(Field::as_str) != Some("2.0") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    let Some(method) = m.method() else {
+        return Err(invalid("method must be a string"));
+    };
+    if m.id.is_some() && !id_readable {
+        return Err(invalid("id must be a string or a number"));
+    }
+    Ok((version, method))
+}
+
+/// `Mcp-Method` and `Mcp-Name` against the body; returns the name for the logs.
+/// Notifications have no header requirements in 2026-07-28; what is present is checked.
+fn routing_headers(
+    headers: &HeaderMap,
+    m: &Message<'_>,
+    method: &str,
+    id: Option<&Value>,
+) -> Result<Option<String>, Rejection> {
+    let reject = |error: EdgeError| Rejection {
+        error,
+        id: id.cloned(),
+    };
+    let is_request = m.id.is_some();
+    match header(headers, METHOD, id)? {
         None if is_request => return Err(reject(missing(METHOD))),
         Some(h) if h != method => {
             return Err(reject(mismatch(
@@ -231,27 +269,17 @@ fn check_single(
         }
         _ => {}
     }
-
-    let mut name = None;
-    if let Some(body_name) = name_source(method, m).and_then(Field::as_str) {
-        match header(headers, NAME, id.as_ref())? {
-            None => return Err(reject(missing(NAME))),
-            Some(h) if h != body_name => {
-                return Err(reject(mismatch(
-                    NAME,
-                    format!("header value '{h}' does not match body value '{body_name}'"),
-                )))
-            }
-            Some(_) => name = Some(body_name.to_owned()),
-        }
+    let Some(body_name) = name_source(method, m).and_then(Field::as_str) else {
+        return Ok(None);
+    };
+    match header(headers, NAME, id)? {
+        None => Err(reject(missing(NAME))),
+        Some(h) if h != body_name => Err(reject(mismatch(
+            NAME,
+            format!("header value '{h}' does not match body value '{body_name}'"),
+        ))),
+        Some(_) => Ok(Some(body_name.to_owned())),
     }
-
-    Ok(Verdict {
-        era: super::rules::Era::Modern(version.to_owned()),
-        method: Some(method.to_owned()),
-        id,
-        name,
-    })
 }
 
 fn legacy(
@@ -281,17 +309,14 @@ fn legacy(
 /// A decoded single header value, or the -32020 rejection for a repeated or undecodable one.
 fn header(
     headers: &HeaderMap,
-    name: &'static str,
+    name: RoutingHeader,
     id: Option<&Value>,
 ) -> Result<Option<String>, Rejection> {
     let to_rejection = |p: HeaderProblem| Rejection {
-        error: mismatch(
-            name,
-            format!("{} header {}", display_name(name), p.describe()),
-        ),
+        error: mismatch(name, format!("{} header {}", name.display(), p.describe())),
         id: id.cloned(),
     };
-    match headers::single(headers, name).map_err(to_rejection)? {
+    match headers::single(headers, name.name()).map_err(to_rejection)? {
         None => Ok(None),
         Some(raw) => headers::decode_value(raw)
             .map(|v| Some(v.into_owned()))
@@ -299,16 +324,16 @@ fn header(
     }
 }
 
-fn mismatch(header: &'static str, detail: String) -> EdgeError {
-    let detail = if detail.starts_with(display_name(header)) {
+fn mismatch(header: RoutingHeader, detail: String) -> EdgeError {
+    let detail = if detail.starts_with(header.display()) {
         detail
     } else {
-        format!("{} {detail}", display_name(header))
+        format!("{} {detail}", header.display())
     };
     EdgeError::HeaderMismatch { header, detail }
 }
 
-fn missing(header: &'static str) -> EdgeError {
+fn missing(header: RoutingHeader) -> EdgeError {
     mismatch(header, "header is missing".into())
 }
 

@@ -1,73 +1,14 @@
-//! The pool maintenance service: re-resolves DNS-discovered pools and runs active health
-//! checks, off the request path. It always works on the current runtime snapshot, so a
-//! reload takes effect at the next tick.
+//! Member health and discovery, one pool at a time: DNS re-resolution and active checks
+//! (TCP connect or an MCP `server/discover` probe). [`crate::maintenance`] schedules them.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{CheckKind, Member, Pool, Source};
-use crate::config::Runtime;
+use super::{CheckKind, Member, Pool};
 use crate::metrics;
-
-const TICK: Duration = Duration::from_millis(100);
-
-pub struct Maintenance {
-    pub runtime: Arc<ArcSwap<Runtime>>,
-}
-
-#[async_trait]
-impl BackgroundService for Maintenance {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut due: HashMap<(String, &'static str), Instant> = HashMap::new();
-        loop {
-            let snapshot = self.runtime.load_full();
-            for pool in snapshot.pools.values() {
-                if let Source::Dns { name, interval } = &pool.source {
-                    if is_due(&mut due, &pool.name, "dns", *interval) {
-                        let (pool, name) = (pool.clone(), name.clone());
-                        tokio::spawn(async move { resolve(&pool, &name).await });
-                    }
-                }
-                if pool.health.check != CheckKind::None
-                    && is_due(&mut due, &pool.name, "check", pool.health.interval)
-                {
-                    let pool = pool.clone();
-                    tokio::spawn(async move { check_pool(&pool).await });
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => return,
-            }
-        }
-    }
-}
-
-fn is_due(
-    due: &mut HashMap<(String, &'static str), Instant>,
-    pool: &str,
-    what: &'static str,
-    every: Duration,
-) -> bool {
-    let now = Instant::now();
-    let key = (pool.to_string(), what);
-    match due.get(&key) {
-        Some(t) if *t > now => false,
-        _ => {
-            due.insert(key, now + every);
-            true
-        }
-    }
-}
 
 /// Re-resolve a DNS-discovered pool; a failed or empty answer keeps the current members.
 pub async fn resolve(pool: &Pool, name: &str) {
@@ -103,10 +44,11 @@ pub async fn resolve(pool: &Pool, name: &str) {
                 .inc();
         }
     }
-    metrics::publish_pool(pool);
+    pool.publish();
 }
 
-async fn check_pool(pool: &Pool) {
+/// Run one round of active checks on every member of `pool`.
+pub async fn check_pool(pool: &Pool) {
     let members = pool.members();
     let checks = members.iter().map(|member| async move {
         let ok = probe(member, &pool.health.check, pool.health.timeout).await;
@@ -126,7 +68,7 @@ async fn check_pool(pool: &Pool) {
             .inc();
     });
     futures::future::join_all(checks).await;
-    metrics::publish_pool(pool);
+    pool.publish();
 }
 
 /// One active check.

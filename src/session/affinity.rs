@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::config::{Route, Sessions};
 use crate::error::EdgeError;
 use crate::metrics;
-use crate::routing::Member;
+use crate::routing::{Member, Pool};
 
 use super::token::{self, Claims, TokenError};
+use super::Sessions;
+use crate::metrics::{TokenFailure, TokenOp};
 
 /// Where a legacy request with a session must go, and what to restore on the way.
 #[derive(Debug, Clone)]
@@ -28,63 +29,60 @@ pub fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn refuse(reason: &'static str, error: EdgeError) -> EdgeError {
-    metrics::get()
-        .session_token_failures
-        .with_label_values(&[reason])
-        .inc();
+fn refuse(reason: TokenFailure, error: EdgeError) -> EdgeError {
+    metrics::get().token_failure(reason);
     error
 }
 
-/// Open `token` for `route`. Every failure is a 404 the client answers by re-initialising;
-/// the member must be in the route's current pool, so a token never makes the edge connect
-/// to an address of its own choosing.
+/// Open `token` for a route served by `pool`. Every failure is a 404 the client answers by
+/// re-initialising; the member must be in the pool now, so a token never makes the edge
+/// connect to an address of its own choosing.
 pub fn resolve(
     sessions: Option<&Sessions>,
-    route: &Route,
+    pool: &Pool,
     token: &str,
     credential: Option<[u8; 16]>,
 ) -> Result<Sticky, EdgeError> {
     let Some(s) = sessions else {
         return Err(refuse(
-            "unknown_key",
+            TokenFailure::UnknownKey,
             EdgeError::SessionUnknown {
                 reason: "this edge holds no session keys",
             },
         ));
     };
     let claims = token::open(&s.ring, token, now_secs(), s.max_age_secs).map_err(|e| match e {
-        TokenError::Expired => refuse("expired", EdgeError::SessionExpired),
+        TokenError::Expired => refuse(TokenFailure::Expired, EdgeError::SessionExpired),
         other => refuse(
-            other.reason(),
+            other.into(),
             EdgeError::SessionUnknown {
                 reason: other.reason(),
             },
         ),
     })?;
-    if claims.pool != route.pool.name {
+    if claims.pool != pool.name {
         return Err(refuse(
-            "other_pool",
+            TokenFailure::OtherPool,
             EdgeError::SessionUnknown {
                 reason: "issued for another pool",
             },
         ));
     }
     if s.bind_credential && claims.credential != credential {
-        return Err(refuse("foreign_credential", EdgeError::SessionForeign));
-    }
-    let Some(member) = route.pool.find(&claims.member) else {
         return Err(refuse(
-            "member_gone",
+            TokenFailure::ForeignCredential,
+            EdgeError::SessionForeign,
+        ));
+    }
+    let Some(member) = pool.find(&claims.member) else {
+        return Err(refuse(
+            TokenFailure::MemberGone,
             EdgeError::SessionMemberGone {
                 member: claims.member,
             },
         ));
     };
-    metrics::get()
-        .session_tokens
-        .with_label_values(&["opened"])
-        .inc();
+    metrics::get().token(TokenOp::Opened);
     Ok(Sticky {
         member,
         upstream_id: claims.upstream_id,
@@ -92,16 +90,16 @@ pub fn resolve(
     })
 }
 
-/// Seal an upstream session identifier minted by `member` of `route`'s pool.
+/// Seal an upstream session identifier minted by `member` of the pool named `pool`.
 pub fn seal(
     sessions: &Sessions,
-    route: &Route,
+    pool: &str,
     member: &str,
     upstream_id: &str,
     credential: Option<[u8; 16]>,
 ) -> Result<String, EdgeError> {
     let claims = Claims {
-        pool: route.pool.name.clone(),
+        pool: pool.to_string(),
         member: member.to_string(),
         upstream_id: upstream_id.to_string(),
         issued_at: now_secs(),
@@ -114,9 +112,6 @@ pub fn seal(
     let t = token::seal(&sessions.ring, &claims).map_err(|e| EdgeError::Internal {
         detail: format!("sealing a session token: {e}"),
     })?;
-    metrics::get()
-        .session_tokens
-        .with_label_values(&["sealed"])
-        .inc();
+    metrics::get().token(TokenOp::Sealed);
     Ok(t)
 }

@@ -12,6 +12,27 @@ pub mod token;
 pub use keyring::KeyRing;
 pub use token::{Claims, TokenError};
 
+use crate::metrics::TokenFailure;
+
+/// Legacy session settings with the loaded key ring (`[sessions]`).
+#[derive(Debug)]
+pub struct Sessions {
+    pub ring: KeyRing,
+    pub max_age_secs: u64,
+    pub bind_credential: bool,
+}
+
+impl From<TokenError> for TokenFailure {
+    fn from(e: TokenError) -> Self {
+        match e {
+            TokenError::Malformed => TokenFailure::Malformed,
+            TokenError::UnknownKey => TokenFailure::UnknownKey,
+            TokenError::Forged => TokenFailure::Forged,
+            TokenError::Expired => TokenFailure::Expired,
+        }
+    }
+}
+
 /// Digest of a client credential (`Authorization` value) kept in a token: the first 16 bytes
 /// of its SHA-256. Enough to tell credentials apart; useless for recovering one.
 pub fn credential_digest(authorization: Option<&[u8]>) -> Option<[u8; 16]> {

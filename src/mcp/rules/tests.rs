@@ -134,11 +134,19 @@ fn rule_table() {
         let h = hdrs(&case.headers);
         let got = check_post(&h, case.body.as_bytes(), &case.policy);
         match (&case.want, got) {
-            (Want::Ok(era), Ok(v)) => assert_eq!(v.era.label(), *era, "{}", case.what),
+            (Want::Ok(era), Ok(v)) => {
+                assert_eq!(<&str>::from(v.era.label()), *era, "{}", case.what)
+            }
             (Want::Err(status, code, kind, id), Err(r)) => {
                 assert_eq!(r.error.status(), *status, "{}: {:?}", case.what, r.error);
                 assert_eq!(r.error.code(), *code, "{}: {:?}", case.what, r.error);
-                assert_eq!(r.error.kind(), *kind, "{}: {:?}", case.what, r.error);
+                assert_eq!(
+                    r.error.kind().as_str(),
+                    *kind,
+                    "{}: {:?}",
+                    case.what,
+                    r.error
+                );
                 let body: Value = serde_json::from_slice(&r.error.body(r.id.as_ref())).unwrap();
                 assert_eq!(&body["id"], id, "{}", case.what);
             }

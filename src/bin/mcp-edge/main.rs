@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use mcp_edge::config::Config;
 
+mod demo;
+
 // jemalloc: fewer cycles per allocation than glibc malloc on the request path, and less
 // resident memory per idle stream (measured in docs/benchmarks.md).
 #[global_allocator]
@@ -33,9 +35,9 @@ fn main() -> ExitCode {
     {
         ["--check", file] => check(&PathBuf::from(file)),
         ["--config", file] => run(&PathBuf::from(file)),
-        ["demo"] => mcp_edge::demo::run(8080),
+        ["demo"] => demo::run(8080),
         ["demo", "--port", port] => match port.parse() {
-            Ok(p) => mcp_edge::demo::run(p),
+            Ok(p) => demo::run(p),
             Err(_) => usage_error(&format!("--port: '{port}' is not a port number")),
         },
         ["--version"] => {

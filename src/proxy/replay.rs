@@ -1,19 +1,33 @@
-//! Reading a whole request body before the upstream is chosen, and replaying it upstream.
+//! The Pingora body-replay workaround, in one box.
 //!
-//! Pingora 0.9.1 re-sends a body it has already read only from its retry buffer, which holds
-//! 64 KiB; chunked and length-less h2 bodies over that size would reach the upstream empty.
-//! So once the edge has read and validated a body it swaps the downstream session for a
-//! [`Replay`] session: it delegates everything to the real session, reports the body as read,
-//! and offers the whole stored body as the retry buffer, which Pingora sends to the upstream
-//! (again, after a refused connection) whatever the framing was. [`restore`] puts the real
-//! session back before Pingora finishes the request, so the client connection is reused.
-//! Every proxied request gets a `Replay` (with an empty body for GET and DELETE), which is
-//! also how an SSE response learns that the edge is shutting down.
+//! The edge reads and validates the whole request body before it chooses an upstream. Pingora
+//! 0.9.1 re-sends a body it has already read only from its retry buffer, which holds 64 KiB;
+//! chunked and length-less h2 bodies over that size would reach the upstream empty. So once a
+//! body is read, [`install`] swaps the downstream session for a [`Replay`] custom session: it
+//! delegates everything to the real session, reports the body as read, and offers the whole
+//! stored body as the retry buffer, which Pingora sends upstream (again after a refused
+//! connection) whatever the framing was. [`restore`] puts the real session back before Pingora
+//! finishes the request, so the client connection is reused.
+//!
+//! What this relies on in Pingora 0.9.1 (pinned `=0.9.1` in Cargo.toml; re-check each of
+//! these before moving to another version):
+//! - `HttpSession::Custom` and the `#[doc(hidden)]` trait
+//!   `protocols::http::custom::server::Session` (~45 methods) that it wraps;
+//! - the proxy loop sending the body from `get_retry_buffer()` when `is_body_done()` is true
+//!   and `retry_buffer_truncated()` is false (`proxy_h1`/`proxy_h2` body tasks);
+//! - `finish_custom()` being callable from our own code, as the hand-back hook (Pingora itself
+//!   calls it only on custom message writers, never on a downstream session);
+//! - `read_body_or_idle()` being what the proxy polls on the client side while a response
+//!   streams, which is where an event stream can be ended early (see `cutoff` below).
+//!
+//! Every proxied request gets a `Replay` (an empty body for GET and DELETE). Besides the body
+//! it carries a `cutoff` switch: when it turns `true`, an event-stream response ends with
+//! [`STREAM_CUT`] (shutdown owns the switch; see [`crate::shutdown`]).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::Stream;
 use http::HeaderMap;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -26,68 +40,32 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use tokio::sync::{oneshot, watch};
 
-use crate::error::EdgeError;
-
-/// Read the whole request body, refusing more than `limit` bytes.
-pub async fn read_all(
-    session: &mut Session,
-    limit: usize,
-) -> std::result::Result<Bytes, EdgeError> {
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(EdgeError::BodyTooLarge { limit });
-    }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    loop {
-        match session.downstream_session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > limit {
-                    return Err(EdgeError::BodyTooLarge { limit });
-                }
-                buf.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(buf.freeze()),
-            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(EdgeError::BodyTimeout),
-            Err(e) => {
-                return Err(EdgeError::ClientError {
-                    detail: e.to_string(),
-                })
-            }
-        }
-    }
-}
-
 /// Where the real session comes back when the request is finished.
 pub type Handback = oneshot::Receiver<Box<ServerSession>>;
 
-/// Replace the downstream session with a [`Replay`] of `body` (possibly empty). `drain`
-/// turns `true` when the edge shuts down: an SSE response then ends at once (see
+/// Replace the downstream session with a [`Replay`] of `body` (possibly empty). When
+/// `cutoff` turns `true`, an event-stream response ends at once (see
 /// [`Replay::read_body_or_idle`]).
-pub fn install(session: &mut Session, body: Bytes, drain: watch::Receiver<bool>) -> Handback {
+pub fn install(session: &mut Session, body: Bytes, cutoff: watch::Receiver<bool>) -> Handback {
     let (tx, rx) = oneshot::channel();
     let real = std::mem::replace(&mut session.downstream_session, detached());
     *session.downstream_session = ServerSession::new_custom(Box::new(Replay {
         inner: real,
         body,
         handback: Some(tx),
-        drain,
+        cutoff,
         streaming: false,
     }));
     rx
 }
 
-/// The error that ends a streaming response when the edge shuts down.
-pub const DRAINING: ErrorType = ErrorType::Custom("draining");
+/// The error that ends a streaming response when `cutoff` turns `true`.
+pub const STREAM_CUT: ErrorType = ErrorType::Custom("draining");
 
-async fn drained(rx: &mut watch::Receiver<bool>) {
+async fn cut(rx: &mut watch::Receiver<bool>) {
     while !*rx.borrow_and_update() {
         if rx.changed().await.is_err() {
-            // Nobody can start a drain any more: wait forever.
+            // Nobody can flip the switch any more: wait forever.
             std::future::pending::<()>().await;
         }
     }
@@ -118,8 +96,8 @@ struct Replay {
     inner: Box<ServerSession>,
     body: Bytes,
     handback: Option<oneshot::Sender<Box<ServerSession>>>,
-    drain: watch::Receiver<bool>,
-    /// The response is an event stream (ended early when the edge drains).
+    cutoff: watch::Receiver<bool>,
+    /// The response is an event stream (ended early when `cutoff` turns `true`).
     streaming: bool,
 }
 
@@ -212,14 +190,14 @@ impl CustomSession for Replay {
     }
     async fn read_body_or_idle(&mut self, no_body_expected: bool) -> Result<Option<Bytes>> {
         // The body is consumed: this only watches for the client going away, and, for an
-        // event stream, for the edge shutting down, which ends the proxying of the stream
-        // (the proxy's `logging` then ends the response cleanly).
+        // event stream, for the cutoff, which ends the proxying of the stream (the proxy's
+        // `logging` then ends the response cleanly).
         if !self.streaming {
             return self.inner.read_body_or_idle(no_body_expected).await;
         }
         tokio::select! {
             r = self.inner.read_body_or_idle(no_body_expected) => r,
-            _ = drained(&mut self.drain) => Err(Error::explain(DRAINING, "the edge is shutting down")),
+            _ = cut(&mut self.cutoff) => Err(Error::explain(STREAM_CUT, "the edge is shutting down")),
         }
     }
     fn body_bytes_sent(&self) -> usize {

@@ -16,7 +16,7 @@ use pingora::protocols::http::ServerSession;
 use pingora::services::listening::Service;
 use serde_json::{json, Value};
 
-use crate::config::Config;
+use mcp_edge::config::Config;
 
 /// A minimal stateless MCP server; counts the requests it receives.
 pub struct DemoServer {
@@ -83,7 +83,7 @@ impl DemoServer {
         match method {
             "server/discover" => Ok(json!({
                 "resultType": "complete",
-                "supportedVersions": [crate::mcp::MODERN_VERSION],
+                "supportedVersions": [mcp_edge::mcp::MODERN_VERSION],
                 "capabilities": {"tools": {}},
                 "ttlMs": 0, "cacheScope": "private",
                 "_meta": {"io.modelcontextprotocol/serverInfo": server_info},
@@ -217,9 +217,9 @@ pub fn run(port: u16) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut built = crate::build_server(
+    let mut built = mcp_edge::build_server(
         config,
-        crate::Options {
+        mcp_edge::Options {
             config_path: None,
             signals: true,
         },
@@ -230,7 +230,7 @@ pub fn run(port: u16) -> ExitCode {
             .add_service(service(name, SocketAddr::from(([127, 0, 0, 1], p))).0);
     }
     print_walkthrough(port, members);
-    let signals = crate::shutdown::Signals { drain: built.drain };
+    let signals = mcp_edge::shutdown::Signals { drain: built.drain };
     built.server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
@@ -275,4 +275,13 @@ curl -s http://127.0.0.1:{metrics}/metrics | grep '^mcp_edge_'
         b = members[1],
         metrics = port.wrapping_add(1),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_demo_config_is_valid() {
+        super::set_demo_keys().unwrap();
+        mcp_edge::config::Config::parse(&super::config_text(8080, [18081, 18082])).unwrap();
+    }
 }

@@ -1,0 +1,269 @@
+//! The configuration file format: serde types that mirror the documented TOML one to one.
+//! Unknown keys are errors; scalar defaults and "greater than 0" come from the types here
+//! (`#[serde(default)]`, `NonZero*`), so [`super`] only checks what types cannot say.
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+
+use serde::Deserialize;
+
+/// Defaults, in one place (the README's config reference lists the same values).
+pub mod defaults {
+    use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+
+    const fn size(n: usize) -> NonZeroUsize {
+        match NonZeroUsize::new(n) {
+            Some(v) => v,
+            None => panic!("a default must not be 0"),
+        }
+    }
+    const fn long(n: u64) -> NonZeroU64 {
+        match NonZeroU64::new(n) {
+            Some(v) => v,
+            None => panic!("a default must not be 0"),
+        }
+    }
+    const fn count(n: u32) -> NonZeroU32 {
+        match NonZeroU32::new(n) {
+            Some(v) => v,
+            None => panic!("a default must not be 0"),
+        }
+    }
+
+    pub const MAX_BODY_BYTES: NonZeroUsize = size(4 * 1024 * 1024);
+    pub const MAX_HEADER_BYTES: NonZeroUsize = size(32 * 1024);
+    pub const MAX_CONCURRENT_REQUESTS: NonZeroUsize = size(10_000);
+    /// About 70 KiB each when idle (docs/benchmarks.md): 4,000 streams ≈ 280 MiB.
+    pub const MAX_STREAMS: NonZeroUsize = size(4_000);
+    /// Below the usual 65,536 descriptors, leaving room for upstream connections.
+    pub const MAX_CONNECTIONS: NonZeroUsize = size(20_000);
+    pub const CONNECT_MS: NonZeroU64 = long(2_000);
+    pub const UPSTREAM_READ_MS: NonZeroU64 = long(60_000);
+    pub const IDLE_MS: NonZeroU64 = long(60_000);
+    pub const REQUEST_BODY_MS: NonZeroU64 = long(30_000);
+    pub const GRACE_PERIOD_SECONDS: u64 = 5;
+    pub const SHUTDOWN_TIMEOUT_SECONDS: u64 = 5;
+    pub const H2C: bool = true;
+    pub const SESSION_MAX_AGE_SECONDS: NonZeroU64 = long(24 * 3600);
+    pub const BIND_CREDENTIAL: bool = true;
+    pub const DNS_INTERVAL_MS: NonZeroU64 = long(5_000);
+    pub const HEALTH_INTERVAL_MS: NonZeroU64 = long(5_000);
+    pub const HEALTH_TIMEOUT_MS: NonZeroU64 = long(1_000);
+    pub const UNHEALTHY_AFTER: NonZeroU32 = count(2);
+    pub const HEALTHY_AFTER: NonZeroU32 = count(1);
+    pub const EJECT_MS: NonZeroU64 = long(10_000);
+
+    /// Query parameters that carry the HTTP+SSE session (TypeScript, Python SDKs).
+    pub fn session_params() -> Vec<String> {
+        vec!["sessionId".to_string(), "session_id".to_string()]
+    }
+
+    /// Every revision mcp-edge understands; a route accepts all of them unless told otherwise.
+    pub fn versions() -> Vec<String> {
+        let mut v = vec![crate::mcp::MODERN_VERSION.to_string()];
+        v.extend(crate::mcp::LEGACY_VERSIONS.iter().map(|s| s.to_string()));
+        v
+    }
+
+    pub fn h2c() -> bool {
+        H2C
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub listeners: Vec<ListenerSection>,
+    pub metrics: Option<MetricsSection>,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+    pub sessions: Option<SessionsSection>,
+    #[serde(default)]
+    pub pools: Vec<PoolSection>,
+    #[serde(default)]
+    pub routes: Vec<RouteSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// Worker threads per service; default: the number of CPUs.
+    pub threads: Option<NonZeroUsize>,
+    pub grace_period_seconds: u64,
+    pub graceful_shutdown_timeout_seconds: u64,
+    /// Poll the config file for changes this often and reload (0: only on SIGHUP).
+    pub config_watch_ms: u64,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            threads: None,
+            grace_period_seconds: defaults::GRACE_PERIOD_SECONDS,
+            graceful_shutdown_timeout_seconds: defaults::SHUTDOWN_TIMEOUT_SECONDS,
+            config_watch_ms: 0,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSection {
+    pub address: SocketAddr,
+    #[serde(default = "defaults::h2c")]
+    pub h2c: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    pub address: SocketAddr,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub max_body_bytes: NonZeroUsize,
+    pub max_header_bytes: NonZeroUsize,
+    pub max_concurrent_requests: NonZeroUsize,
+    pub max_streams: NonZeroUsize,
+    pub max_connections: NonZeroUsize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_body_bytes: defaults::MAX_BODY_BYTES,
+            max_header_bytes: defaults::MAX_HEADER_BYTES,
+            max_concurrent_requests: defaults::MAX_CONCURRENT_REQUESTS,
+            max_streams: defaults::MAX_STREAMS,
+            max_connections: defaults::MAX_CONNECTIONS,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsSection {
+    pub connect_ms: NonZeroU64,
+    pub upstream_read_ms: NonZeroU64,
+    pub idle_ms: NonZeroU64,
+    pub request_body_ms: NonZeroU64,
+}
+
+impl Default for TimeoutsSection {
+    fn default() -> Self {
+        TimeoutsSection {
+            connect_ms: defaults::CONNECT_MS,
+            upstream_read_ms: defaults::UPSTREAM_READ_MS,
+            idle_ms: defaults::IDLE_MS,
+            request_body_ms: defaults::REQUEST_BODY_MS,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsSection {
+    /// File holding the key ring (a mounted Kubernetes Secret).
+    pub keys_file: Option<String>,
+    /// Environment variable holding the key ring.
+    pub keys_env: Option<String>,
+    pub max_age_seconds: NonZeroU64,
+    pub bind_credential: bool,
+}
+
+impl Default for SessionsSection {
+    fn default() -> Self {
+        SessionsSection {
+            keys_file: None,
+            keys_env: None,
+            max_age_seconds: defaults::SESSION_MAX_AGE_SECONDS,
+            bind_credential: defaults::BIND_CREDENTIAL,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    pub name: String,
+    /// Static `IP:port` members.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// `host:port` re-resolved on an interval (instead of `members`).
+    pub dns: Option<String>,
+    #[serde(default = "dns_interval")]
+    pub dns_interval_ms: NonZeroU64,
+    #[serde(default)]
+    pub health: HealthSection,
+}
+
+fn dns_interval() -> NonZeroU64 {
+    defaults::DNS_INTERVAL_MS
+}
+
+/// `[pools.health] check`.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckName {
+    #[default]
+    Tcp,
+    /// A 2026-07-28 `server/discover` POST.
+    Mcp,
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    pub check: CheckName,
+    /// Path for the `mcp` probe; default: the first route's path using this pool.
+    pub path: Option<String>,
+    pub interval_ms: NonZeroU64,
+    pub timeout_ms: NonZeroU64,
+    pub unhealthy_after: NonZeroU32,
+    pub healthy_after: NonZeroU32,
+    pub eject_ms: NonZeroU64,
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        HealthSection {
+            check: CheckName::default(),
+            path: None,
+            interval_ms: defaults::HEALTH_INTERVAL_MS,
+            timeout_ms: defaults::HEALTH_TIMEOUT_MS,
+            unhealthy_after: defaults::UNHEALTHY_AFTER,
+            healthy_after: defaults::HEALTHY_AFTER,
+            eject_ms: defaults::EJECT_MS,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    pub path: String,
+    pub pool: String,
+    /// Public path prefix, stripped before forwarding (and put back in HTTP+SSE endpoints).
+    #[serde(default)]
+    pub prefix: String,
+    /// Legacy HTTP+SSE: the upstream's GET stream path and its POST messages path.
+    pub sse_path: Option<String>,
+    pub messages_path: Option<String>,
+    #[serde(default = "defaults::session_params")]
+    pub session_params: Vec<String>,
+    #[serde(default = "defaults::versions")]
+    pub versions: Vec<String>,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Host header allowlist (DNS-rebinding defence): `host` or `host:port`; empty allows any.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}

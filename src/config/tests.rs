@@ -1,0 +1,131 @@
+//! Config tests: defaults, cross-section checks, and messages that name their key.
+
+use super::*;
+use crate::runtime::EndpointKind;
+
+const MINIMAL: &str = r#"
+    [sessions]
+    keys_env = "MCP_EDGE_TEST_KEYS_CONFIG"
+    [[listeners]]
+    address = "127.0.0.1:8080"
+    [[pools]]
+    name = "main"
+    members = ["127.0.0.1:9001"]
+    [[routes]]
+    path = "/mcp"
+    pool = "main"
+"#;
+
+fn set_keys() {
+    // Same value from every test, so parallel tests cannot disagree.
+    std::env::set_var(
+        "MCP_EDGE_TEST_KEYS_CONFIG",
+        "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+    );
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    set_keys();
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.runtime.limits.max_body_bytes, 4 * 1024 * 1024);
+    assert_eq!(c.runtime.timeouts.connect, Duration::from_secs(2));
+    let route = &c.runtime.endpoint("/mcp").unwrap().route;
+    assert!(route.versions.accepts_modern("2026-07-28"));
+    assert_eq!(c.runtime.sessions.as_ref().unwrap().max_age_secs, 86400);
+    assert!(route.versions.accepts_legacy());
+    assert!(c.startup.listeners[0].h2c);
+}
+
+#[test]
+fn legacy_routes_need_a_key_ring() {
+    let text = MINIMAL.replace("keys_env = \"MCP_EDGE_TEST_KEYS_CONFIG\"", "");
+    let all = Config::parse(&text).unwrap_err().join("\n");
+    assert!(all.contains("sessions.keys_file"), "{all}");
+    let modern_only = format!("{text}versions = [\"2026-07-28\"]\n");
+    assert!(Config::parse(&modern_only).is_ok());
+    let missing_env = MINIMAL.replace("MCP_EDGE_TEST_KEYS_CONFIG", "MCP_EDGE_TEST_KEYS_UNSET");
+    let all = Config::parse(&missing_env).unwrap_err().join("\n");
+    assert!(
+        all.contains("sessions.keys_env") && all.contains("not set"),
+        "{all}"
+    );
+}
+
+#[test]
+fn sse_endpoints_are_registered_with_the_prefix() {
+    set_keys();
+    let text = format!(
+        "{MINIMAL}prefix = \"/team\"\nsse_path = \"/sse\"\nmessages_path = \"/messages\"\n"
+    );
+    let c = Config::parse(&text).unwrap();
+    for (path, kind) in [
+        ("/team/mcp", EndpointKind::Streamable),
+        ("/team/sse", EndpointKind::SseStream),
+        ("/team/messages", EndpointKind::Messages),
+        ("/team/messages/", EndpointKind::Messages),
+    ] {
+        assert_eq!(
+            c.runtime.endpoint(path).map(|e| e.kind),
+            Some(kind),
+            "{path}"
+        );
+    }
+    assert!(c.runtime.endpoint("/mcp").is_none());
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key() {
+    let text = format!("{MINIMAL}\n[limits]\nmax_body = 5\n");
+    let errs = Config::parse(&text).unwrap_err();
+    assert!(errs[0].contains("max_body"), "{errs:?}");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    set_keys();
+    let text = MINIMAL
+        .replace("pool = \"main\"", "pool = \"nope\"")
+        .replace("127.0.0.1:9001", "not-an-addr");
+    let errs = Config::parse(&text).unwrap_err();
+    let all = errs.join("\n");
+    assert!(all.contains("routes[0].pool"), "{all}");
+    assert!(all.contains("pools[0].members[0]"), "{all}");
+}
+
+#[test]
+fn versions_and_origins_are_checked() {
+    set_keys();
+    let text = MINIMAL.replace(
+        "pool = \"main\"",
+        "pool = \"main\"\nversions = [\"latest\"]\nallowed_origins = [\"example.com\"]",
+    );
+    let all = Config::parse(&text).unwrap_err().join("\n");
+    assert!(all.contains("routes[0].versions[0]"), "{all}");
+    assert!(all.contains("routes[0].allowed_origins[0]"), "{all}");
+}
+
+#[test]
+fn type_errors_name_their_dotted_key() {
+    set_keys();
+    let cases = [
+        ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
+        ("[timeouts]\nconnect_ms = -1\n", "timeouts.connect_ms"),
+        ("[server]\nthreads = 0\n", "server.threads"),
+        (
+            "[[pools]]\nname = \"b\"\nmembers = [\"127.0.0.1:1\"]\n[pools.health]\ncheck = \"icmp\"\n",
+            "pools[1].health.check",
+        ),
+        (
+            "[[pools]]\nname = \"b\"\nmembers = [\"127.0.0.1:1\"]\n[pools.health]\nunhealthy_after = 0\n",
+            "pools[1].health.unhealthy_after",
+        ),
+    ];
+    for (extra, key) in cases {
+        let errs = Config::parse(&format!("{MINIMAL}{extra}")).unwrap_err();
+        assert!(errs[0].starts_with(&format!("{key}: ")), "{key}: {errs:?}");
+    }
+    let bad_listener = MINIMAL.replace("127.0.0.1:8080", "nowhere");
+    let errs = Config::parse(&bad_listener).unwrap_err();
+    assert!(errs[0].starts_with("listeners[0].address: "), "{errs:?}");
+}

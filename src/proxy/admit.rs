@@ -1,0 +1,188 @@
+//! Admission: every check a request passes before an upstream is chosen, in order.
+//!
+//! limits → head size → route → Origin → Host → method and body (MCP rules) → stream slot →
+//! legacy session token. A step that refuses returns a [`Rejection`]; the edge answers it
+//! and the request never reaches an upstream. A new check is one function here (or a module
+//! of its own) and one line in [`admit`].
+
+use bytes::Bytes;
+use http::Method;
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+
+use super::ctx::{Admitted, Ctx};
+use super::limits::{self, Load};
+use super::{body, legacy};
+use crate::error::{EdgeError, Rejection};
+use crate::mcp::rules::{self, Era};
+use crate::runtime::{Endpoint, EndpointKind, Route, Runtime};
+
+/// What admission lets through: the request's state and its body (empty without one).
+pub struct Admission {
+    pub admitted: Admitted,
+    pub body: Bytes,
+}
+
+pub async fn admit(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    load: &Load,
+) -> Result<Admission, Rejection> {
+    let snapshot = ctx.snapshot.clone();
+    ctx.slots.push(load.request(&snapshot.limits)?);
+    keep_alive(session, &snapshot);
+    check_head_size(session.req_header(), &snapshot)?;
+    let endpoint = route(session.req_header(), &snapshot)?;
+    ctx.labels.route = Some(endpoint.route.clone());
+    endpoint
+        .route
+        .origins
+        .check(&session.req_header().headers)?;
+    check_host(session.req_header(), &endpoint.route)?;
+    let request = request(session, ctx, &endpoint).await?;
+    if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
+        let slot = load.stream(&snapshot.limits);
+        ctx.slots
+            .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
+    }
+    let legacy = match request.era {
+        Some(Era::Legacy) => Some(
+            legacy::admit(session.req_header(), &snapshot, &endpoint)
+                .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
+        ),
+        _ => None,
+    };
+    Ok(Admission {
+        admitted: Admitted {
+            route: endpoint.route,
+            endpoint: endpoint.kind,
+            id: request.id,
+            legacy,
+        },
+        body: request.body,
+    })
+}
+
+/// Client connections stay open between requests for `timeouts.idle_ms`.
+fn keep_alive(session: &mut Session, snapshot: &Runtime) {
+    let idle = snapshot.timeouts.idle.as_secs().max(1);
+    session.downstream_session.set_keepalive(Some(idle));
+}
+
+fn check_head_size(req: &RequestHeader, snapshot: &Runtime) -> Result<(), EdgeError> {
+    let limit = snapshot.limits.max_header_bytes;
+    // The request target as sent (origin-form: path and query; else the whole URI).
+    let size = req.uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + req.uri.authority().map_or(0, |a| a.as_str().len())
+        + req
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum::<usize>();
+    if size > limit {
+        return Err(EdgeError::HeadersTooLarge { limit });
+    }
+    Ok(())
+}
+
+fn route(req: &RequestHeader, snapshot: &Runtime) -> Result<Endpoint, EdgeError> {
+    let path = req.uri.path();
+    snapshot
+        .endpoint(path)
+        .cloned()
+        .ok_or_else(|| EdgeError::NoRoute {
+            path: path.chars().take(200).collect(),
+        })
+}
+
+/// The `Host` (or HTTP/2 `:authority`) must be on the route's allowlist when it has one.
+fn check_host(req: &RequestHeader, route: &Route) -> Result<(), EdgeError> {
+    if route.hosts.is_empty() {
+        return Ok(());
+    }
+    let host = req
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let bare = host
+        .rsplit_once(':')
+        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host.as_str(), |(h, _)| h);
+    if route.hosts.iter().any(|a| *a == host || *a == bare) {
+        Ok(())
+    } else {
+        Err(EdgeError::HostRejected {
+            host: host.chars().take(200).collect(),
+        })
+    }
+}
+
+/// What the method and body say: the era (`None` for a CORS preflight), the id, the body.
+struct Request {
+    era: Option<Era>,
+    id: Option<serde_json::Value>,
+    body: Bytes,
+}
+
+impl Request {
+    fn bodiless(era: Option<Era>) -> Request {
+        Request {
+            era,
+            id: None,
+            body: Bytes::new(),
+        }
+    }
+}
+
+/// POSTs carry a JSON-RPC body checked against the MCP rules; GET and DELETE exist only
+/// for legacy sessions and streams; OPTIONS (CORS preflight) goes to the upstream, which
+/// owns its CORS policy.
+async fn request(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    endpoint: &Endpoint,
+) -> Result<Request, Rejection> {
+    let method = session.req_header().method.clone();
+    let not_allowed = || EdgeError::MethodNotAllowed {
+        method: method.to_string(),
+    };
+    match (endpoint.kind, &method) {
+        (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
+            let bytes = body::read(session, ctx).await?;
+            let mut verdict = rules::check_post(
+                &session.req_header().headers,
+                &bytes,
+                &endpoint.route.versions,
+            )?;
+            if endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy {
+                let detail = "the HTTP+SSE messages endpoint serves legacy revisions only";
+                return Err(Rejection::with_id(
+                    EdgeError::InvalidRequest {
+                        detail: detail.into(),
+                    },
+                    verdict.id,
+                ));
+            }
+            ctx.labels.record(&mut verdict);
+            Ok(Request {
+                era: Some(verdict.era),
+                id: verdict.id,
+                body: bytes,
+            })
+        }
+        (EndpointKind::Streamable, &Method::GET | &Method::DELETE)
+        | (EndpointKind::SseStream, &Method::GET) => {
+            if !endpoint.route.versions.accepts_legacy() {
+                return Err(not_allowed().into());
+            }
+            ctx.labels.era = Era::Legacy.label();
+            Ok(Request::bodiless(Some(Era::Legacy)))
+        }
+        (_, &Method::OPTIONS) => Ok(Request::bodiless(None)),
+        _ => Err(not_allowed().into()),
+    }
+}

@@ -1,0 +1,111 @@
+//! The error boundary: the one place an edge error becomes a response.
+//!
+//! Every error the edge raises arrives here as one value: a [`Rejection`] from admission, or
+//! a Pingora error from a later phase whose cause is the [`EdgeError`] a step put there
+//! (else one is derived from the Pingora error's type and source). Here it is counted
+//! (`mcp_edge_errors_total{kind}`), recorded for the access log and, while the response head
+//! is still unwritten, answered: the status, the JSON-RPC error body with the request's id,
+//! and the `x-mcp-edge-error` marker.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorSource, ErrorType};
+use serde_json::Value;
+
+use super::ctx::Ctx;
+use crate::error::{EdgeError, Rejection, ERROR_HEADER};
+use crate::metrics;
+
+/// Answer a request admission refused.
+pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) {
+    record(ctx, &rejection.error);
+    write(session, &rejection.error, rejection.id.as_ref()).await;
+}
+
+/// Answer a request that failed after admission; returns the status written (0: none, the
+/// response had started or the client is gone, so the stream is cut instead).
+pub async fn fail(session: &mut Session, ctx: &mut Ctx, e: &Error) -> u16 {
+    let error = edge_error_in(e).cloned().unwrap_or_else(|| classify(e));
+    record(ctx, &error);
+    let client_gone = matches!(error, EdgeError::ClientError { .. })
+        && matches!(
+            e.etype(),
+            ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+        );
+    // Pingora closes the client connection after a failure: say so (`Connection: close`),
+    // so a keep-alive client does not send its next request into a closing connection.
+    session.downstream_session.set_keepalive(None);
+    if session.response_written().is_some() || client_gone {
+        return 0;
+    }
+    let id = ctx.request_id().cloned();
+    write(session, &error, id.as_ref()).await;
+    error.status()
+}
+
+fn record(ctx: &mut Ctx, error: &EdgeError) {
+    metrics::get().edge_error(error.kind());
+    ctx.error = Some(error.clone());
+}
+
+/// The edge error a step attached to a Pingora error (as its cause, at any depth).
+fn edge_error_in(e: &Error) -> Option<&EdgeError> {
+    let mut cause = e.cause.as_deref()?;
+    loop {
+        if let Some(edge) = cause.downcast_ref::<EdgeError>() {
+            return Some(edge);
+        }
+        cause = cause.downcast_ref::<Error>()?.cause.as_deref()?;
+    }
+}
+
+/// Map a Pingora failure that carries no edge error to the one the client sees.
+fn classify(e: &Error) -> EdgeError {
+    let detail = e.to_string();
+    match (e.esource(), e.etype()) {
+        (
+            _,
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError,
+        ) => EdgeError::ConnectFailed { detail },
+        (ErrorSource::Upstream, ErrorType::ReadTimedout | ErrorType::WriteTimedout) => {
+            EdgeError::UpstreamTimeout { detail }
+        }
+        (ErrorSource::Upstream, _) => EdgeError::UpstreamError { detail },
+        (ErrorSource::Downstream, _) => EdgeError::ClientError { detail },
+        _ => EdgeError::Internal { detail },
+    }
+}
+
+/// Write an edge error response. Failures to write mean the client is gone; nothing to do.
+async fn write(session: &mut Session, error: &EdgeError, id: Option<&Value>) {
+    let body: Bytes = error.body(id);
+    if !session.downstream_session.is_body_done() {
+        // The request body was not read: the connection cannot carry another request.
+        session.downstream_session.set_keepalive(None);
+    }
+    let Ok(resp) = head(error, body.len()) else {
+        return;
+    };
+    if session
+        .write_response_header(Box::new(resp), false)
+        .await
+        .is_ok()
+    {
+        let _ = session.write_response_body(Some(body), true).await;
+    }
+}
+
+fn head(error: &EdgeError, len: usize) -> pingora::Result<ResponseHeader> {
+    let mut resp = ResponseHeader::build(error.status(), Some(4))?;
+    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
+    resp.insert_header(ERROR_HEADER, error.kind().as_str())?;
+    if matches!(error, EdgeError::MethodNotAllowed { .. }) {
+        resp.insert_header(http::header::ALLOW, "GET, POST, DELETE, OPTIONS")?;
+    }
+    Ok(resp)
+}
