@@ -145,7 +145,11 @@ pub enum EdgeError {
     /// No route matches the request path.
     NoRoute { path: String },
     /// HTTP method the MCP endpoint does not serve.
-    MethodNotAllowed { method: String },
+    MethodNotAllowed {
+        method: String,
+        /// The `Allow` header: the methods this endpoint serves.
+        allow: &'static str,
+    },
     /// Every pool member refused or could not be reached.
     ConnectFailed { detail: String },
     /// The upstream did not answer within `timeouts.upstream_read_ms`.
@@ -280,7 +284,7 @@ impl EdgeError {
             EdgeError::OriginRejected { origin } => format!("Invalid Origin: {origin}"),
             EdgeError::ParseError { detail } => format!("Parse error: {detail}"),
             EdgeError::InvalidRequest { detail } => format!("Invalid Request: {detail}"),
-            EdgeError::InvalidMeta { detail } => format!("Invalid _meta envelope: {detail}"),
+            EdgeError::InvalidMeta { detail } => format!("Invalid params: {detail}"),
             EdgeError::BodyTooLarge { limit } => {
                 format!("Request body exceeds the edge limit of {limit} bytes")
             }
@@ -291,7 +295,7 @@ impl EdgeError {
                 "Unsupported Content-Type '{content_type}': MCP requests must be application/json"
             ),
             EdgeError::NoRoute { path } => format!("No MCP endpoint at {path}"),
-            EdgeError::MethodNotAllowed { method } => {
+            EdgeError::MethodNotAllowed { method, .. } => {
                 format!("HTTP method {method} is not allowed on this MCP endpoint")
             }
             EdgeError::ConnectFailed { detail } => {

@@ -72,7 +72,16 @@ impl ProxyHttp for Edge {
             Ok(admission) => {
                 ctx.admitted = Some(admission.admitted);
                 let cutoff = self.cutoff.clone();
-                ctx.handback = Some(replay::install(session, admission.body, cutoff));
+                let t = ctx.snapshot.timeouts;
+                let silence = replay::Silence {
+                    head: t.upstream_read,
+                    gap: t.upstream_read,
+                    stream_idle: t.stream_idle,
+                };
+                let (handback, stored) =
+                    replay::install(session, admission.body, cutoff, silence);
+                ctx.handback = Some(handback);
+                ctx.body = stored;
                 Ok(false)
             }
             Err(rejection) => {
@@ -85,6 +94,21 @@ impl ProxyHttp for Edge {
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let member = upstream::choose(ctx, admitted(ctx)?)?;
         Ok(upstream::peer(ctx, member))
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if end_of_stream && body.is_some() {
+            // The whole body is on its way upstream, and a request is never sent twice:
+            // the edge's copy can go.
+            ctx.body.release();
+        }
+        Ok(())
     }
 
     fn fail_to_connect(
@@ -105,6 +129,12 @@ impl ProxyHttp for Edge {
     ) -> Result<()> {
         if ctx.answered_continue {
             upstream.remove_header(&http::header::EXPECT);
+        }
+        if ctx.body.is_empty() {
+            // Nothing will follow the head (a body of a GET, DELETE or OPTIONS was read and
+            // dropped): no framing header may promise bytes.
+            upstream.remove_header(&http::header::CONTENT_LENGTH);
+            upstream.remove_header(&http::header::TRANSFER_ENCODING);
         }
         legacy::restore_upstream_target(upstream, admitted(ctx)?)?;
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
@@ -159,14 +189,12 @@ impl ProxyHttp for Edge {
     fn error_while_proxy(
         &self,
         peer: &HttpPeer,
-        session: &mut Session,
+        _session: &mut Session,
         e: Box<Error>,
-        ctx: &mut Ctx,
-        client_reused: bool,
+        _ctx: &mut Ctx,
+        _client_reused: bool,
     ) -> Box<Error> {
-        let e = e.more_context(format!("Peer: {peer}"));
-        let started = session.response_written().is_some();
-        upstream::proxy_failed(ctx, peer, started, e, client_reused)
+        upstream::proxy_failed(e).more_context(format!("Peer: {peer}"))
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {

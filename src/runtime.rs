@@ -26,10 +26,14 @@ pub struct Limits {
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub connect: Duration,
+    /// Upstream silence before the response head and inside an ordinary response.
     pub upstream_read: Duration,
+    /// Upstream silence inside an event stream.
+    pub stream_idle: Duration,
     pub idle: Duration,
     pub request_body: Duration,
 }
+
 
 #[derive(Debug)]
 pub struct Route {

@@ -177,6 +177,21 @@ pub fn replace_query_param(path_and_query: &str, name: &str, value: &str) -> Str
     format!("{path}?{}", parts.join("&"))
 }
 
+/// How many query parameters name a session, keys percent-decoded as servers decode them
+/// (`session%5Fid` is `session_id`). More than one is refused: the edge would check one
+/// and the server might act on another.
+pub fn count_session_params(query: &str, names: &[String]) -> usize {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .filter(|k| {
+            let key = k.replace('+', " ");
+            let decoded = percent_encoding::percent_decode_str(&key).decode_utf8_lossy();
+            names.iter().any(|n| *n == decoded)
+        })
+        .count()
+}
+
 /// The first of `names` present in a query string, with its raw value.
 pub fn find_query_param<'q>(query: &'q str, names: &[String]) -> Option<(&'q str, &'q str)> {
     query.split('&').find_map(|pair| {
@@ -204,6 +219,16 @@ mod tests {
         }
         out.extend_from_slice(&r.finish());
         out
+    }
+
+    #[test]
+    fn session_parameters_are_counted_with_decoded_keys() {
+        let n = |q| count_session_params(q, &params());
+        assert_eq!(n("sessionId=a"), 1);
+        assert_eq!(n("session_id=t&session%5Fid=raw"), 2);
+        assert_eq!(n("sessionId=t&session_id=raw"), 2);
+        assert_eq!(n("sessionId=t&sessionId=u"), 2);
+        assert_eq!(n("x=1&sessionid=a"), 0);
     }
 
     #[test]

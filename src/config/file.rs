@@ -39,6 +39,8 @@ pub mod defaults {
     pub const MAX_CONNECTIONS: NonZeroUsize = size(20_000);
     pub const CONNECT_MS: NonZeroU64 = long(2_000);
     pub const UPSTREAM_READ_MS: NonZeroU64 = long(60_000);
+    /// An idle event stream (a legacy session's GET stream) stays open a day.
+    pub const STREAM_IDLE_MS: NonZeroU64 = long(24 * 3600 * 1000);
     pub const IDLE_MS: NonZeroU64 = long(60_000);
     pub const REQUEST_BODY_MS: NonZeroU64 = long(30_000);
     pub const GRACE_PERIOD_SECONDS: u64 = 5;
@@ -152,6 +154,7 @@ impl Default for LimitsSection {
 pub struct TimeoutsSection {
     pub connect_ms: NonZeroU64,
     pub upstream_read_ms: NonZeroU64,
+    pub stream_idle_ms: NonZeroU64,
     pub idle_ms: NonZeroU64,
     pub request_body_ms: NonZeroU64,
 }
@@ -161,6 +164,7 @@ impl Default for TimeoutsSection {
         TimeoutsSection {
             connect_ms: defaults::CONNECT_MS,
             upstream_read_ms: defaults::UPSTREAM_READ_MS,
+            stream_idle_ms: defaults::STREAM_IDLE_MS,
             idle_ms: defaults::IDLE_MS,
             request_body_ms: defaults::REQUEST_BODY_MS,
         }

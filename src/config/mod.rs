@@ -125,6 +125,7 @@ fn timeouts(t: &file::TimeoutsSection) -> Timeouts {
     Timeouts {
         connect: Duration::from_millis(t.connect_ms.get()),
         upstream_read: Duration::from_millis(t.upstream_read_ms.get()),
+        stream_idle: Duration::from_millis(t.stream_idle_ms.get()),
         idle: Duration::from_millis(t.idle_ms.get()),
         request_body: Duration::from_millis(t.request_body_ms.get()),
     }

@@ -45,8 +45,9 @@ pub fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>
 const SENTINEL_PREFIX: &[u8] = b"=?base64?";
 const SENTINEL_SUFFIX: &[u8] = b"?=";
 
-/// Decode a routing header value: trim optional whitespace, then either the plain form
-/// (visible ASCII, space, tab) or the `=?base64?{Base64(UTF-8)}?=` form with canonical padding.
+/// Decode a name-carrying header value (`Mcp-Name`, `Mcp-Param-*`): trim optional
+/// whitespace, then either the plain form (visible ASCII, space, tab) or the
+/// `=?base64?{Base64(UTF-8)}?=` form with canonical padding.
 pub fn decode_value(raw: &[u8]) -> Result<Cow<'_, str>, HeaderProblem> {
     let v = trim_ows(raw);
     if v.len() >= SENTINEL_PREFIX.len() + SENTINEL_SUFFIX.len()
@@ -61,13 +62,19 @@ pub fn decode_value(raw: &[u8]) -> Result<Cow<'_, str>, HeaderProblem> {
             .map(Cow::Owned)
             .map_err(|_| HeaderProblem::InvalidBase64);
     }
+    plain_value(v).map(Cow::Borrowed)
+}
+
+/// A header value taken as it is (`Mcp-Method`, `MCP-Protocol-Version`: the Base64 form is
+/// for names only, and the SDKs compare these raw): optional whitespace trimmed, visible
+/// ASCII, space and tab only.
+pub fn plain_value(raw: &[u8]) -> Result<&str, HeaderProblem> {
+    let v = trim_ows(raw);
     if !v.iter().all(|&c| c == b'\t' || (0x20..=0x7e).contains(&c)) {
         return Err(HeaderProblem::InvalidCharacters);
     }
     // All bytes are ASCII, so this cannot fail; map the impossible case to a problem anyway.
-    std::str::from_utf8(v)
-        .map(Cow::Borrowed)
-        .map_err(|_| HeaderProblem::InvalidCharacters)
+    std::str::from_utf8(v).map_err(|_| HeaderProblem::InvalidCharacters)
 }
 
 fn trim_ows(v: &[u8]) -> &[u8] {

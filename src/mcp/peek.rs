@@ -90,6 +90,8 @@ pub struct Params<'a> {
     pub claim: Option<Field<'a>>,
     /// `params.protocolVersion` (legacy `initialize`).
     pub protocol_version: Option<Field<'a>>,
+    /// `params._meta` is present (with or without a claim).
+    pub has_meta: bool,
 }
 
 /// `params` when it is an object; anything else reads as no params.
@@ -111,7 +113,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
                         "uri" => p.uri = Some(map.next_value()?),
                         "taskId" => p.task_id = Some(map.next_value()?),
                         "protocolVersion" => p.protocol_version = Some(map.next_value()?),
-                        "_meta" => p.claim = map.next_value::<MetaClaim>()?.0,
+                        "_meta" => {
+                            p.has_meta = true;
+                            p.claim = map.next_value::<MetaClaim>()?.0;
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -218,10 +223,14 @@ impl<'a> Message<'a> {
     }
 
     /// The id as a JSON value, for error bodies. Only ids that are strings or numbers are
-    /// echoed; anything else becomes `null`.
+    /// echoed; anything else becomes `null` without being built (an id of millions of array
+    /// elements would otherwise cost far more memory than its bytes).
     pub fn id_value(&self) -> Option<serde_json::Value> {
-        let raw = self.id?;
-        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        let raw = self.id?.get();
+        if !raw.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit()) {
+            return None;
+        }
+        match serde_json::from_str::<serde_json::Value>(raw) {
             Ok(v @ (serde_json::Value::String(_) | serde_json::Value::Number(_))) => Some(v),
             _ => None,
         }
@@ -298,16 +307,55 @@ impl<'de> Visitor<'de> for MessageVisitor {
 #[derive(Debug)]
 pub enum Body<'a> {
     Single(Message<'a>),
-    Batch(Vec<Message<'a>>),
+    Batch(Batch),
+}
+
+/// What the rules need from a batch. Its messages are read one at a time and dropped, so a
+/// batch of millions of tiny elements costs no more memory than one of them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub len: usize,
+    /// Some message carries a `_meta` protocol-version claim (a 2026-07-28 message).
+    pub any_claim: bool,
+    pub responses: usize,
+    pub not_objects: usize,
+}
+
+impl<'de> Deserialize<'de> for Batch {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(BatchVisitor)
+    }
+}
+
+struct BatchVisitor;
+
+impl<'de> Visitor<'de> for BatchVisitor {
+    type Value = Batch;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut batch = Batch::default();
+        while let Some(m) = seq.next_element::<Message<'de>>()? {
+            batch.len += 1;
+            batch.any_claim |= m.params.claim.is_some();
+            batch.responses += usize::from(m.is_response);
+            batch.not_objects += usize::from(m.not_an_object);
+        }
+        Ok(batch)
+    }
+}
+
+/// Does the body look like a batch (its first non-blank byte is `[`)? Costs no parsing.
+pub fn is_batch(body: &[u8]) -> bool {
+    trim_ascii_start(body).first() == Some(&b'[')
 }
 
 /// Parse a body. Errors are JSON syntax errors (including invalid UTF-8 and nesting deeper
 /// than serde_json's recursion limit); shape problems are left to the rules.
 pub fn peek(body: &[u8]) -> Result<Body<'_>, serde_json::Error> {
-    let trimmed = trim_ascii_start(body);
-    if trimmed.first() == Some(&b'[') {
-        let batch: Vec<Message<'_>> = serde_json::from_slice(body)?;
-        Ok(Body::Batch(batch))
+    if is_batch(body) {
+        Ok(Body::Batch(serde_json::from_slice(body)?))
     } else {
         Ok(Body::Single(serde_json::from_slice(body)?))
     }
@@ -384,9 +432,8 @@ mod tests {
     #[test]
     fn batches_and_responses() {
         match peek(br#" [{"id":1,"result":{}},{"method":"x"}]"#).unwrap() {
-            Body::Batch(v) => {
-                assert!(v[0].is_response);
-                assert_eq!(v[1].method(), Some("x"));
+            Body::Batch(b) => {
+                assert_eq!((b.len, b.responses, b.any_claim), (2, 1, false));
             }
             Body::Single(_) => panic!("expected batch"),
         }
@@ -407,7 +454,7 @@ mod tests {
         // Skipped values are walked iteratively by serde_json: no stack overflow, no error.
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
         match peek(deep.as_bytes()).unwrap() {
-            Body::Batch(v) => assert!(v.len() == 1 && v[0].not_an_object),
+            Body::Batch(b) => assert!(b.len == 1 && b.not_objects == 1),
             Body::Single(_) => panic!("expected batch"),
         }
         let deep_params = format!(

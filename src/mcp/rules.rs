@@ -85,6 +85,10 @@ pub fn check_post(
     body: &[u8],
     policy: &VersionPolicy,
 ) -> Result<Verdict, Rejection> {
+    if peek::is_batch(body) {
+        let header_version = header(headers, PROTOCOL_VERSION, None)?;
+        refuse_batch_unread(header_version.as_deref(), policy)?;
+    }
     let parsed = peek::peek(body).map_err(|e| Rejection {
         error: EdgeError::ParseError {
             detail: e.to_string(),
@@ -92,12 +96,12 @@ pub fn check_post(
         id: None,
     })?;
     match parsed {
-        Body::Batch(items) => {
+        Body::Batch(batch) => {
             let header_version = header(headers, PROTOCOL_VERSION, None)?;
             let modern_header = header_version
                 .as_deref()
                 .filter(|v| !super::is_legacy_version(v));
-            check_batch(&items, modern_header, header_version.as_deref(), policy)
+            check_batch(&batch, modern_header, header_version.as_deref(), policy)
         }
         Body::Single(m) => {
             let header_version = header(headers, PROTOCOL_VERSION, m.id_value().as_ref())?;
@@ -107,30 +111,19 @@ pub fn check_post(
 }
 
 fn check_batch(
-    items: &[Message<'_>],
+    batch: &peek::Batch,
     modern_header: Option<&str>,
     header_version: Option<&str>,
     policy: &VersionPolicy,
 ) -> Result<Verdict, Rejection> {
-    let reject = |detail: &str| Rejection {
-        error: EdgeError::InvalidRequest {
-            detail: detail.into(),
-        },
-        id: None,
-    };
-    if items.is_empty() {
-        return Err(reject("empty batch"));
+    if batch.len == 0 {
+        return Err(invalid_batch("empty batch"));
     }
-    if modern_header.is_some() || items.iter().any(|m| m.params.claim.is_some()) {
-        return Err(reject(
-            "batches are not allowed in protocol revision 2026-07-28",
-        ));
+    if modern_header.is_some() || batch.any_claim {
+        return Err(invalid_batch(BATCH_IS_LEGACY));
     }
     if !policy.accepts_legacy() {
-        return Err(Rejection {
-            error: policy.unsupported(header_version.map(str::to_owned)),
-            id: None,
-        });
+        return Err(policy.unsupported(header_version.map(str::to_owned)).into());
     }
     Ok(Verdict {
         era: Era::Legacy,
@@ -138,6 +131,30 @@ fn check_batch(
         id: None,
         name: None,
     })
+}
+
+const BATCH_IS_LEGACY: &str = "batches are not allowed in protocol revision 2026-07-28";
+
+fn invalid_batch(detail: &str) -> Rejection {
+    EdgeError::InvalidRequest {
+        detail: detail.into(),
+    }
+    .into()
+}
+
+/// A batch the route would refuse whatever its content is refused before it is parsed:
+/// a 2026-07-28 header, or a route that admits no legacy revision.
+fn refuse_batch_unread(
+    header_version: Option<&str>,
+    policy: &VersionPolicy,
+) -> Result<(), Rejection> {
+    if header_version.is_some_and(|v| !super::is_legacy_version(v)) {
+        return Err(invalid_batch(BATCH_IS_LEGACY));
+    }
+    if !policy.accepts_legacy() {
+        return Err(policy.unsupported(header_version.map(str::to_owned)).into());
+    }
+    Ok(())
 }
 
 fn check_single(
@@ -173,10 +190,15 @@ fn check_single(
             if !policy.accepts_modern(v) {
                 return Err(reject(policy.unsupported(Some(v.to_owned()))));
             }
-            return Err(reject(mismatch(
-                PROTOCOL_VERSION,
-                format!("header names {v} but the body carries no _meta protocolVersion"),
-            )));
+            // What a 2026-07-28 server answers: the envelope is missing (-32602).
+            let missing = if m.params.has_meta {
+                peek::META_PROTOCOL_VERSION
+            } else {
+                "_meta"
+            };
+            return Err(reject(EdgeError::InvalidMeta {
+                detail: format!("the MCP-Protocol-Version header names protocol revision {v}, but the request is missing the required per-request envelope key(s): {missing}"),
+            }));
         }
         return legacy(m, header_version, policy, id);
     };
@@ -273,7 +295,8 @@ fn routing_headers(
         return Ok(None);
     };
     match header(headers, NAME, id)? {
-        None => Err(reject(missing(NAME))),
+        None if is_request => Err(reject(missing(NAME))),
+        None => Ok(None),
         Some(h) if h != body_name => Err(reject(mismatch(
             NAME,
             format!("header value '{h}' does not match body value '{body_name}'"),
@@ -316,12 +339,14 @@ fn header(
         error: mismatch(name, format!("{} header {}", name.display(), p.describe())),
         id: id.cloned(),
     };
-    match headers::single(headers, name.name()).map_err(to_rejection)? {
-        None => Ok(None),
-        Some(raw) => headers::decode_value(raw)
-            .map(|v| Some(v.into_owned()))
-            .map_err(to_rejection),
-    }
+    let Some(raw) = headers::single(headers, name.name()).map_err(to_rejection)? else {
+        return Ok(None);
+    };
+    let value = match name {
+        NAME => headers::decode_value(raw).map(|v| v.into_owned()),
+        PROTOCOL_VERSION | METHOD => headers::plain_value(raw).map(str::to_owned),
+    };
+    value.map(Some).map_err(to_rejection)
 }
 
 fn mismatch(header: RoutingHeader, detail: String) -> EdgeError {

@@ -149,6 +149,7 @@ async fn request(
     let method = session.req_header().method.clone();
     let not_allowed = || EdgeError::MethodNotAllowed {
         method: method.to_string(),
+        allow: allowed_methods(endpoint),
     };
     match (endpoint.kind, &method) {
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
@@ -180,9 +181,24 @@ async fn request(
                 return Err(not_allowed().into());
             }
             ctx.labels.era = Era::Legacy.label();
+            body::discard(session, ctx).await?;
             Ok(Request::bodiless(Some(Era::Legacy)))
         }
-        (_, &Method::OPTIONS) => Ok(Request::bodiless(None)),
+        (_, &Method::OPTIONS) => {
+            body::discard(session, ctx).await?;
+            Ok(Request::bodiless(None))
+        }
         _ => Err(not_allowed().into()),
+    }
+}
+
+/// The `Allow` header of a 405: what this endpoint serves.
+fn allowed_methods(endpoint: &Endpoint) -> &'static str {
+    match endpoint.kind {
+        EndpointKind::Streamable if endpoint.route.versions.accepts_legacy() => {
+            "GET, POST, DELETE, OPTIONS"
+        }
+        EndpointKind::Streamable | EndpointKind::Messages => "POST, OPTIONS",
+        EndpointKind::SseStream => "GET, OPTIONS",
     }
 }

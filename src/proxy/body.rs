@@ -29,6 +29,21 @@ pub async fn read(session: &mut Session, ctx: &mut Ctx) -> Result<Bytes, EdgeErr
     read_all(session, ctx.snapshot.limits.max_body_bytes).await
 }
 
+/// A GET, DELETE or OPTIONS that came with a body: read it (within the same limits) and
+/// drop it. It is never forwarded (`upstream_request_filter` drops its framing headers), and
+/// reading it keeps the client connection in step for its next request.
+pub async fn discard(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeError> {
+    if session.downstream_session.is_body_empty() {
+        return Ok(());
+    }
+    let timeouts = ctx.snapshot.timeouts;
+    session
+        .downstream_session
+        .set_read_timeout(Some(timeouts.request_body));
+    read_all(session, ctx.snapshot.limits.max_body_bytes).await?;
+    Ok(())
+}
+
 /// Read the whole request body, refusing more than `limit` bytes.
 async fn read_all(session: &mut Session, limit: usize) -> Result<Bytes, EdgeError> {
     let declared = session

@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::limits::Slot;
-use super::replay::Handback;
+use super::replay::{Handback, Stored};
 use crate::error::EdgeError;
 use crate::mcp::{self, rules::Verdict};
 use crate::metrics::EraLabel;
@@ -34,6 +34,8 @@ pub struct Ctx {
     pub error: Option<EdgeError>,
     /// Where the real client session comes back (see [`super::replay`]).
     pub handback: Option<Handback>,
+    /// The request body until the upstream has it.
+    pub body: Stored,
     /// Held for the request's lifetime (released on drop).
     pub slots: Vec<Slot>,
     /// The edge answered `Expect: 100-continue` itself.
@@ -53,6 +55,7 @@ impl Ctx {
             rewriter: None,
             error: None,
             handback: None,
+            body: Stored::default(),
             slots: Vec::new(),
             answered_continue: false,
             sse: false,

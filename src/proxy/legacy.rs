@@ -53,7 +53,13 @@ fn token_of(
         },
         EndpointKind::Messages => {
             let query = req.uri.query().unwrap_or("");
-            match sse::find_query_param(query, &endpoint.route.session_params) {
+            let names = &endpoint.route.session_params;
+            if sse::count_session_params(query, names) > 1 {
+                return Err(EdgeError::InvalidRequest {
+                    detail: "more than one session parameter".into(),
+                });
+            }
+            match sse::find_query_param(query, names) {
                 Some((_, v)) => Ok(Some(v.to_string())),
                 None => Err(EdgeError::SessionMissing),
             }
@@ -67,8 +73,15 @@ fn token_of(
 pub fn restore_upstream_target(upstream: &mut RequestHeader, admitted: &Admitted) -> Result<()> {
     let route = &admitted.route;
     let sticky = admitted.session();
-    if let (Some(sticky), EndpointKind::Streamable) = (sticky, admitted.endpoint) {
-        upstream.insert_header(SESSION_ID, sticky.upstream_id.as_str())?;
+    match (sticky, admitted.endpoint) {
+        (Some(sticky), EndpointKind::Streamable) => {
+            upstream.insert_header(SESSION_ID, sticky.upstream_id.as_str())?;
+        }
+        // A token (or anything else) in this header means nothing upstream here: a modern
+        // request, a preflight, a request without a session.
+        _ => {
+            upstream.remove_header(SESSION_ID);
+        }
     }
     let sticky_query = sticky.filter(|_| admitted.endpoint == EndpointKind::Messages);
     if route.prefix.is_empty() && sticky_query.is_none() {

@@ -20,10 +20,19 @@
 //! - `read_body_or_idle()` being what the proxy polls on the client side while a response
 //!   streams, which is where an event stream can be ended early (see `cutoff` below).
 //!
-//! Every proxied request gets a `Replay` (an empty body for GET and DELETE). Besides the body
-//! it carries a `cutoff` switch: when it turns `true`, an event-stream response ends with
-//! [`STREAM_CUT`] (shutdown owns the switch; see [`crate::shutdown`]).
+//! Every proxied request gets a `Replay` (an empty body for GET and DELETE). Two more duties
+//! sit here because `read_body_or_idle` is the one place polled for the whole exchange:
+//! - the `cutoff` switch: when it turns `true`, an event-stream response ends with
+//!   [`STREAM_CUT`] (shutdown owns the switch; see [`crate::shutdown`]);
+//! - upstream silence ([`Silence`]): no response head within `head`, or no response bytes
+//!   for `gap` (`stream_idle` once the response is an event stream), ends the exchange with
+//!   [`EdgeError::UpstreamTimeout`]. Pingora's own per-read timeout cannot tell an idle event
+//!   stream from a stalled answer, so it is off for our peers.
+//!
+//! The stored body is released once it has been handed to the upstream ([`Stored::release`]):
+//! a long-lived stream does not pin its request body.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,6 +48,52 @@ use pingora::protocols::Digest;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::error::EdgeError;
+
+/// How long the upstream may stay silent.
+#[derive(Debug, Clone, Copy)]
+pub struct Silence {
+    /// Until the response head.
+    pub head: Duration,
+    /// Between response bytes of an ordinary response.
+    pub gap: Duration,
+    /// Between bytes of an event stream (`text/event-stream`).
+    pub stream_idle: Duration,
+}
+
+/// The request body, shared between the replay session and the request context so that it
+/// can be released once the upstream has it.
+#[derive(Clone, Default)]
+pub struct Stored {
+    body: Arc<Mutex<Option<Bytes>>>,
+    /// The request has a body to forward (also after the edge's copy is released).
+    present: bool,
+}
+
+impl Stored {
+    fn new(body: Bytes) -> Stored {
+        let present = !body.is_empty();
+        Stored {
+            body: Arc::new(Mutex::new(present.then_some(body))),
+            present,
+        }
+    }
+    /// The request has no body to forward (GET, DELETE, OPTIONS, an empty POST).
+    pub fn is_empty(&self) -> bool {
+        !self.present
+    }
+    fn get(&self) -> Option<Bytes> {
+        self.body.lock().ok().and_then(|b| b.clone())
+    }
+    /// Drop the edge's copy: the upstream has the body, and it is never sent again.
+    pub fn release(&self) {
+        if let Ok(mut b) = self.body.lock() {
+            *b = None;
+        }
+    }
+}
 
 /// Where the real session comes back when the request is finished.
 pub type Handback = oneshot::Receiver<Box<ServerSession>>;
@@ -46,17 +101,26 @@ pub type Handback = oneshot::Receiver<Box<ServerSession>>;
 /// Replace the downstream session with a [`Replay`] of `body` (possibly empty). When
 /// `cutoff` turns `true`, an event-stream response ends at once (see
 /// [`Replay::read_body_or_idle`]).
-pub fn install(session: &mut Session, body: Bytes, cutoff: watch::Receiver<bool>) -> Handback {
+pub fn install(
+    session: &mut Session,
+    body: Bytes,
+    cutoff: watch::Receiver<bool>,
+    silence: Silence,
+) -> (Handback, Stored) {
     let (tx, rx) = oneshot::channel();
     let real = std::mem::replace(&mut session.downstream_session, detached());
+    let stored = Stored::new(body);
     *session.downstream_session = ServerSession::new_custom(Box::new(Replay {
         inner: real,
-        body,
+        body: stored.clone(),
         handback: Some(tx),
         cutoff,
         streaming: false,
+        silence,
+        head_seen: false,
+        last_activity: None,
     }));
-    rx
+    (rx, stored)
 }
 
 /// The error that ends a streaming response when `cutoff` turns `true`.
@@ -94,11 +158,47 @@ fn detached() -> Box<ServerSession> {
 
 struct Replay {
     inner: Box<ServerSession>,
-    body: Bytes,
+    body: Stored,
     handback: Option<oneshot::Sender<Box<ServerSession>>>,
     cutoff: watch::Receiver<bool>,
     /// The response is an event stream (ended early when `cutoff` turns `true`).
     streaming: bool,
+    silence: Silence,
+    head_seen: bool,
+    /// When the upstream last sent something (or, before that, when waiting began).
+    last_activity: Option<Instant>,
+}
+
+impl Replay {
+    /// A response head went to the client.
+    fn saw_head(&mut self, resp: &ResponseHeader) {
+        self.streaming = is_event_stream(resp);
+        self.head_seen = true;
+        self.last_activity = Some(Instant::now());
+    }
+
+    /// When the upstream's silence becomes an error.
+    fn silence_deadline(&mut self) -> Instant {
+        let since = *self.last_activity.get_or_insert_with(Instant::now);
+        let allowed = match (self.head_seen, self.streaming) {
+            (false, _) => self.silence.head,
+            (true, false) => self.silence.gap,
+            (true, true) => self.silence.stream_idle,
+        };
+        since + allowed
+    }
+}
+
+fn silence_error(allowed_for: &str) -> Box<Error> {
+    let mut e = Error::because(
+        ErrorType::ReadTimedout,
+        "upstream silent",
+        EdgeError::UpstreamTimeout {
+            detail: format!("no {allowed_for} from the upstream in time"),
+        },
+    );
+    e.as_up();
+    e
 }
 
 fn is_event_stream(resp: &ResponseHeader) -> bool {
@@ -124,7 +224,7 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_response_header(&mut self, resp: Box<ResponseHeader>, end: bool) -> Result<()> {
-        self.streaming = is_event_stream(&resp);
+        self.saw_head(&resp);
         self.inner.write_response_header(resp).await?;
         if end {
             self.inner.finish_body().await?;
@@ -132,7 +232,7 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_response_header_ref(&mut self, resp: &ResponseHeader, end: bool) -> Result<()> {
-        self.streaming = is_event_stream(resp);
+        self.saw_head(resp);
         self.inner.write_response_header_ref(resp).await?;
         if end {
             self.inner.finish_body().await?;
@@ -140,7 +240,10 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_body(&mut self, data: Bytes, end: bool) -> Result<()> {
-        self.inner.write_response_body(data, end).await
+        let r = self.inner.write_response_body(data, end).await;
+        // After the write: time spent writing to a slow client is not upstream silence.
+        self.last_activity = Some(Instant::now());
+        r
     }
     async fn write_trailers(&mut self, trailers: HeaderMap) -> Result<()> {
         self.inner.write_response_trailers(trailers).await
@@ -148,9 +251,12 @@ impl CustomSession for Replay {
     async fn response_duplex_vec(&mut self, tasks: Vec<HttpTask>) -> Result<bool> {
         // Proxied response heads arrive here, not through `write_response_header`.
         if let Some(HttpTask::Header(resp, _)) = tasks.first() {
-            self.streaming = is_event_stream(resp);
+            self.saw_head(resp);
         }
-        self.inner.response_duplex_vec(tasks).await
+        let r = self.inner.response_duplex_vec(tasks).await;
+        // After the write: time spent writing to a slow client is not upstream silence.
+        self.last_activity = Some(Instant::now());
+        r
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) {
         self.inner.set_read_timeout(timeout)
@@ -189,15 +295,22 @@ impl CustomSession for Replay {
         self.body.is_empty()
     }
     async fn read_body_or_idle(&mut self, no_body_expected: bool) -> Result<Option<Bytes>> {
-        // The body is consumed: this only watches for the client going away, and, for an
-        // event stream, for the cutoff, which ends the proxying of the stream (the proxy's
-        // `logging` then ends the response cleanly).
-        if !self.streaming {
-            return self.inner.read_body_or_idle(no_body_expected).await;
-        }
+        // The body is consumed: this only watches for the client going away, for upstream
+        // silence, and, for an event stream, for the cutoff, which ends the proxying of the
+        // stream (the proxy's `logging` then ends the response cleanly).
+        let deadline = self.silence_deadline();
+        let what = match (self.head_seen, self.streaming) {
+            (false, _) => "response head",
+            (true, false) => "response bytes",
+            (true, true) => "event-stream bytes",
+        };
+        let streaming = self.streaming;
         tokio::select! {
             r = self.inner.read_body_or_idle(no_body_expected) => r,
-            _ = cut(&mut self.cutoff) => Err(Error::explain(STREAM_CUT, "the edge is shutting down")),
+            _ = tokio::time::sleep_until(deadline) => Err(silence_error(what)),
+            _ = cut(&mut self.cutoff), if streaming => {
+                Err(Error::explain(STREAM_CUT, "the edge is shutting down"))
+            }
         }
     }
     fn body_bytes_sent(&self) -> usize {
@@ -226,7 +339,7 @@ impl CustomSession for Replay {
         false
     }
     fn get_retry_buffer(&self) -> Option<Bytes> {
-        (!self.body.is_empty()).then(|| self.body.clone())
+        self.body.get()
     }
     async fn finish_custom(&mut self) -> Result<()> {
         if let Some(tx) = self.handback.take() {

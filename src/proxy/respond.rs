@@ -104,8 +104,8 @@ fn head(error: &EdgeError, len: usize) -> pingora::Result<ResponseHeader> {
     resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
     resp.insert_header(ERROR_HEADER, error.kind().as_str())?;
-    if matches!(error, EdgeError::MethodNotAllowed { .. }) {
-        resp.insert_header(http::header::ALLOW, "GET, POST, DELETE, OPTIONS")?;
+    if let EdgeError::MethodNotAllowed { allow, .. } = error {
+        resp.insert_header(http::header::ALLOW, *allow)?;
     }
     Ok(resp)
 }

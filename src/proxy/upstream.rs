@@ -21,12 +21,13 @@ use crate::routing::{Member, Pick};
 pub fn choose(ctx: &Ctx, admitted: &Admitted) -> Result<Arc<Member>, Box<Error>> {
     let tried = &ctx.upstream.tried;
     if let Some(sticky) = admitted.session() {
-        // The session's member, and once more after a failed pooled connection.
+        // The session's member, and once more when a pooled connection to it was found
+        // dead before the request was written.
         if tried.len() < 2 {
             return Ok(sticky.member.clone());
         }
-        return Err(failed(EdgeError::SessionMemberGone {
-            member: sticky.member.label.clone(),
+        return Err(failed(EdgeError::ConnectFailed {
+            detail: format!("the session's member {} failed twice", sticky.member.label),
         }));
     }
     let pool = &admitted.route.pool;
@@ -53,9 +54,9 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     let t = ctx.snapshot.timeouts;
     let mut peer = HttpPeer::new(member.addr, false, String::new());
     peer.options.connection_timeout = Some(t.connect);
-    // Applies to every upstream read: bounds time to the response header and silence
-    // inside a stream (SSE keep-alives reset it).
-    peer.options.read_timeout = Some(t.upstream_read);
+    // Pingora's read timeout would apply to every read, idle event streams included:
+    // upstream silence is bounded by the replay session instead (`replay::Silence`).
+    peer.options.read_timeout = None;
     peer.options.write_timeout = Some(t.upstream_read);
     peer.options.idle_timeout = Some(t.idle);
     ctx.upstream.tried.push(member);
@@ -63,9 +64,10 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     Box::new(peer)
 }
 
-/// A connection to the current member failed: eject it for a while, and either let
-/// `choose` try another member (nothing reached this one) or, for a session's member,
-/// answer that the session is gone.
+/// A connection to the current member failed: nothing of the request reached it. Eject
+/// the member for a while and let `choose` try another one; a session's member that refuses
+/// connections has lost the session (404, the client re-initialises), while one that is
+/// slow to accept is transient trouble (502, the client retries).
 pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
     let Some(admitted) = &ctx.admitted else {
         return e;
@@ -79,9 +81,15 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
             .inc();
     }
     if admitted.session().is_some() {
-        e.set_cause(EdgeError::SessionMemberGone {
-            member: peer._address.to_string(),
-        });
+        let member = peer._address.to_string();
+        let error = if e.etype() == &ErrorType::ConnectRefused {
+            EdgeError::SessionMemberGone { member }
+        } else {
+            EdgeError::ConnectFailed {
+                detail: format!("the session's member {member}: {}", e.etype().as_str()),
+            }
+        };
+        e.set_cause(error);
         e.set_retry(false);
         return e;
     }
@@ -94,42 +102,26 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     e
 }
 
-/// The upstream failed while the request was being proxied: decide whether Pingora may try
-/// again (`choose` picks the member).
-pub fn proxy_failed(
-    ctx: &Ctx,
-    peer: &HttpPeer,
-    response_started: bool,
-    mut e: Box<Error>,
-    client_reused: bool,
-) -> Box<Error> {
-    // Pingora marks "a reused upstream connection failed before any response" as
-    // retryable only on reuse: the member closed an idle pooled connection, so the request
-    // never reached it. That is safe to send elsewhere even for a POST (the stored body is
-    // replayed), unless the request belongs to a legacy session, whose member is fixed.
-    let before_response = !response_started && ctx.upstream.status.is_none();
-    let sticky = ctx.admitted.as_ref().and_then(Admitted::session).is_some();
-    if !before_response {
-        e.set_retry(false);
-    } else if sticky {
-        // A legacy session's member is fixed: try it once more on a fresh connection when
-        // a pooled one failed; `choose` turns a second failure into 404.
-        e.set_retry(client_reused || e.etype() == &ErrorType::WriteError);
-        if !e.retry() {
-            e.set_cause(EdgeError::SessionMemberGone {
-                member: peer._address.to_string(),
-            });
-        }
-    } else if e.etype() == &ErrorType::WriteError {
-        // The member took less than the whole request (it closed or died): it cannot
-        // have acted on it.
-        e.set_retry(true);
-    } else {
-        e.retry.decide_reuse(client_reused);
-    }
+/// The upstream failed while the request was being proxied. At most once: a request is
+/// sent again (to the same member for a session, else to another) only when none of it was
+/// written, that is when writing its head to a pooled connection failed at once. Any other
+/// failure may come after the member acted on the request, so the client gets 502/504 and
+/// decides itself.
+pub fn proxy_failed(e: Box<Error>) -> Box<Error> {
+    let mut e = e;
+    e.set_retry(nothing_written(&e));
     e
 }
 
+/// Pingora 0.9.1 reports a failed write of the request head as `WriteError` "while writing
+/// request headers" (`protocols/http/v1/client.rs`); a head is one write, so none of the
+/// request can have been acted on. A timeout there may have left part of it in flight.
+fn nothing_written(e: &Error) -> bool {
+    e.etype() == &ErrorType::WriteError
+        && e.context
+            .as_ref()
+            .is_some_and(|c| c.as_str().starts_with("while writing request headers"))
+}
 /// A Pingora error that carries `error` for the error boundary.
 fn failed(error: EdgeError) -> Box<Error> {
     Error::because(
