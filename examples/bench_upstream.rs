@@ -10,8 +10,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+
+#[path = "../tests/common/http1.rs"]
+mod http1;
+
+/// Benchmarks send small requests; a body larger than this is refused.
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -38,32 +44,11 @@ fn main() -> std::io::Result<()> {
 
 async fn serve(stream: TcpStream) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(16 * 1024, stream);
-    let mut line = String::new();
-    let mut body = Vec::new();
     loop {
-        // Request head.
-        let mut content_length = 0usize;
-        let mut first = true;
-        loop {
-            line.clear();
-            if r.read_line(&mut line).await? == 0 {
-                return Ok(());
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if first {
-                first = false;
-                continue;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    content_length = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        body.resize(content_length, 0);
-        r.read_exact(&mut body).await?;
+        let Some(head) = http1::read_head(&mut r).await? else {
+            return Ok(());
+        };
+        let body = http1::read_body(&mut r, &head, MAX_BODY_BYTES).await?;
         let msg: serde_json::Value =
             serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         let id = msg.get("id").cloned().unwrap_or(serde_json::Value::Null);

@@ -19,9 +19,15 @@ use futures_util::StreamExt;
 use mcp_edge::config::Config;
 use mcp_edge::{EdgeHandle, Options};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+
+#[path = "../tests/common/http1.rs"]
+mod http1;
+
+/// The soak's requests are small; anything bigger is a bug worth an error.
+const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
@@ -73,33 +79,15 @@ async fn start_member(port: u16) -> Member {
 async fn serve(stream: TcpStream, state: Arc<MemberState>, port: u16) -> std::io::Result<()> {
     let mut r = BufReader::new(stream);
     loop {
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).await? == 0 {
-                return Ok(());
-            }
-            if line == "\r\n" {
-                break;
-            }
-            head.push_str(&line);
-        }
-        let lower = head.to_ascii_lowercase();
-        let header = |n: &str| {
-            lower
-                .lines()
-                .find_map(|l| l.strip_prefix(n).map(|v| v.trim().to_string()))
+        let Some(head) = http1::read_head(&mut r).await? else {
+            return Ok(());
         };
-        let len: usize = header("content-length:")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        r.read_exact(&mut body).await?;
-        let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let body = http1::read_body(&mut r, &head, MAX_BODY_BYTES).await?;
+        let target = head.target().to_string();
         let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let w = r.get_mut();
-        if head.starts_with("GET /sse") {
+        if head.method() == "GET" && target.starts_with("/sse") {
             let sid = format!("s{port}-{}", state.next.fetch_add(1, Ordering::Relaxed));
             let (tx, mut rx) = mpsc::unbounded_channel();
             state.streams.lock().unwrap().insert(sid.clone(), tx);
@@ -130,15 +118,12 @@ async fn serve(stream: TcpStream, state: Arc<MemberState>, port: u16) -> std::io
             continue;
         }
         let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-        let session = header("mcp-session-id:");
+        let session = head.header("mcp-session-id");
         let (status, extra) = if method == "initialize" {
             let sid = format!("m{port}-{}", state.next.fetch_add(1, Ordering::Relaxed));
             state.sessions.lock().unwrap().insert(sid.clone(), ());
             ("200 OK", format!("mcp-session-id: {sid}\r\n"))
-        } else if session
-            .as_ref()
-            .is_some_and(|s| !state.sessions.lock().unwrap().contains_key(s))
-        {
+        } else if session.is_some_and(|s| !state.sessions.lock().unwrap().contains_key(s)) {
             ("404 Not Found", String::new())
         } else {
             ("200 OK", String::new())

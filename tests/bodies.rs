@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::mock::{sha256_hex, Behavior, Mock};
@@ -38,12 +38,12 @@ enum Framing {
     Streamed,
 }
 
-async fn send(
+fn request(
     c: &reqwest::Client,
     url: &str,
     bytes: Vec<u8>,
     framing: Framing,
-) -> reqwest::Response {
+) -> reqwest::RequestBuilder {
     let body = match framing {
         Framing::Length => reqwest::Body::from(bytes),
         Framing::Streamed => {
@@ -60,9 +60,10 @@ async fn send(
         .header("mcp-method", "tools/call")
         .header("mcp-name", "digest")
         .body(body)
-        .send()
-        .await
-        .unwrap()
+}
+
+async fn send(c: &reqwest::Client, url: &str, bytes: Vec<u8>, framing: Framing) -> Answer {
+    exchange(request(c, url, bytes, framing)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,12 +75,11 @@ async fn big_bodies_arrive_byte_identical_in_every_framing() {
             for framing in [Framing::Length, Framing::Streamed] {
                 let bytes = body_of_size(size);
                 let want = sha256_hex(&bytes);
-                let resp = send(&c, &edge.url(), bytes, framing).await;
+                let answer = send(&c, &edge.url(), bytes, framing).await;
                 let what = format!("{proto} {size} bytes {framing:?}");
-                assert_eq!(resp.status(), 200, "{what}");
-                let v: Value = resp.json().await.unwrap();
-                assert_eq!(v["result"]["len"], size, "{what}");
-                assert_eq!(v["result"]["sha256"], want, "{what}");
+                assert_eq!(answer.status, Some(200), "{what}: {}", answer.text);
+                assert_eq!(answer.json["result"]["len"], size, "{what}");
+                assert_eq!(answer.json["result"]["sha256"], want, "{what}");
                 let seen = mock.last().unwrap();
                 assert_eq!(seen.body_sha256, want, "{what}");
                 if matches!((proto, framing), ("h1", Framing::Streamed)) {
@@ -94,7 +94,7 @@ async fn big_bodies_arrive_byte_identical_in_every_framing() {
             }
         }
     }
-    assert_eq!(mock.count(), 8);
+    assert_eq!(mock.requests(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,88 +103,93 @@ async fn a_body_one_byte_over_the_limit_is_413_in_every_framing() {
     let edge = start_edge(&format!(
         "[limits]\nmax_body_bytes = {}\n\n{}",
         MIB,
-        pool_and_route(&[mock.addr], "")
+        unchecked_pool_and_route(&[mock.addr], "")
     ));
-    for c in [client(), h2c_client()] {
+    for (proto, c) in [("h1", client()), ("h2c", h2c_client())] {
         for framing in [Framing::Length, Framing::Streamed] {
-            let resp = send(&c, &edge.url(), body_of_size(MIB + 1), framing).await;
-            assert_eq!(resp.status(), 413, "{framing:?}");
-            assert_eq!(resp.headers()["x-mcp-edge-error"], "body_too_large");
-            let ok = send(&c, &edge.url(), body_of_size(MIB), framing).await;
-            assert_eq!(ok.status(), 200, "exactly at the limit, {framing:?}");
+            assert_rejected(
+                &mock,
+                &format!("{proto} {framing:?} one byte over"),
+                &Expect::edge(413, "body_too_large", -32000, Value::Null),
+                send(&c, &edge.url(), body_of_size(MIB + 1), framing),
+            )
+            .await;
+            let ok = exchange(request(&c, &edge.url(), body_of_size(MIB), framing)).await;
+            assert_eq!(
+                ok.status,
+                Some(200),
+                "exactly at the limit, {proto} {framing:?}"
+            );
         }
     }
-    assert_eq!(mock.count(), 4);
-}
-
-fn dead_addr() -> SocketAddr {
-    // Bound then dropped: connections are refused.
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
+    assert_eq!(mock.requests(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusing_member_is_skipped_with_the_body_intact() {
     let mock = Mock::start(Behavior::Json).await;
-    let edge = start_edge(&pool_and_route(&[dead_addr(), mock.addr, dead_addr()], ""));
+    let (dead_1, dead_2) = (refusing(), refusing());
+    let edge = start_edge(&pool_and_route(&[dead_1.addr, mock.addr, dead_2.addr], ""));
     let c = client();
     for i in 0..9 {
         let bytes = body_of_size(200 * 1024 + i);
         let want = sha256_hex(&bytes);
-        let resp = send(&c, &edge.url(), bytes, Framing::Streamed).await;
-        assert_eq!(resp.status(), 200, "request {i}");
-        let v: Value = resp.json().await.unwrap();
-        assert_eq!(v["result"]["sha256"], want);
+        let answer = send(&c, &edge.url(), bytes, Framing::Streamed).await;
+        assert_eq!(answer.status, Some(200), "request {i}: {}", answer.text);
+        assert_eq!(answer.json["result"]["sha256"], want);
     }
-    assert_eq!(mock.count(), 9);
+    assert_eq!(mock.requests(), 9);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_member_refuses_the_client_gets_a_502() {
-    let edge = start_edge(&pool_and_route(&[dead_addr(), dead_addr()], ""));
-    let resp = modern_request(
+    let (dead_1, dead_2) = (refusing(), refusing());
+    let edge = start_edge(&pool_and_route(&[dead_1.addr, dead_2.addr], ""));
+    let answer = exchange(modern_request(
         &client(),
         &edge.url(),
         &modern_body(json!(5), "tools/list", json!({})),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 502);
-    assert_eq!(resp.headers()["x-mcp-edge-error"], "connect_failed");
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["id"], 5);
-    assert_eq!(v["error"]["code"], -32603);
+    ))
+    .await;
+    assert_answer(
+        &answer,
+        &Expect::edge(502, "connect_failed", -32603, json!(5)),
+        "every member refuses",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_100_continue_is_answered_by_the_edge() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
     let body = modern_body(json!(1), "tools/list", json!({})).to_string();
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
+    let s = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
         .await
         .unwrap();
+    let mut s = tokio::io::BufReader::new(s);
     let head = format!(
         "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nmcp-protocol-version: {MODERN}\r\nmcp-method: tools/list\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 64];
-    let n = s.read(&mut buf).await.unwrap();
+    s.get_mut().write_all(head.as_bytes()).await.unwrap();
+    let interim = read_head(&mut s).await;
+    assert_eq!(interim.status(), Some(100), "{}", interim.text);
+    s.get_mut().write_all(body.as_bytes()).await.unwrap();
+    let last = read_head(&mut s).await;
+    assert_eq!(last.status(), Some(200), "{}", last.text);
+    let forwarded = mock.last().unwrap().head;
     assert!(
-        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 100"),
-        "{}",
-        String::from_utf8_lossy(&buf[..n])
+        !forwarded.to_ascii_lowercase().contains("expect:"),
+        "{forwarded}"
     );
-    s.write_all(body.as_bytes()).await.unwrap();
-    let mut resp = vec![0u8; 4096];
-    let n = s.read(&mut resp).await.unwrap();
-    assert!(String::from_utf8_lossy(&resp[..n]).starts_with("HTTP/1.1 200"));
-    assert!(!mock
-        .last()
+}
+
+/// The next response head, within 10 s.
+async fn read_head(s: &mut tokio::io::BufReader<tokio::net::TcpStream>) -> http1::Head {
+    tokio::time::timeout(Duration::from_secs(10), http1::read_head(s))
+        .await
+        .expect("no answer within 10 s")
         .unwrap()
-        .head
-        .to_ascii_lowercase()
-        .contains("expect:"));
+        .expect("the edge closed the connection")
 }

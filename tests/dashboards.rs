@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::mock::{Behavior, Mock};
+use common::mock::{Behavior, Mock, Pace};
 use common::*;
 use serde_json::json;
 
@@ -51,25 +51,28 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
         "dashboards reference too few metrics: {wanted:?}"
     );
 
-    // Traffic that makes every family appear: a healthy and a dead member (checks,
-    // connect failures), a DNS pool, a forwarded request, an SSE stream, an edge error.
+    // Traffic that makes every family appear: a dead member in an unchecked pool (so the
+    // requests surely try it: connect failures), a DNS pool under active checks (members,
+    // health, resolutions), a forwarded request, an SSE stream, an edge error.
     let ok = Mock::start(Behavior::Json).await;
     let sse = Mock::start(Behavior::Sse {
-        frames: vec![(std::time::Duration::ZERO, ": hi\n\n".into())],
+        frames: vec![(Pace::Now, ": hi\n\n".into())],
         hold: std::time::Duration::from_millis(10),
     })
     .await;
-    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let dead = refusing();
     let edge = start_edge(&format!(
-        "[[pools]]\nname = \"main\"\nmembers = [\"{dead}\", \"{}\"]\n[pools.health]\ncheck = \"tcp\"\ninterval_ms = 100\n\n\
-         [[pools]]\nname = \"dns\"\ndns = \"localhost:{}\"\ndns_interval_ms = 100\n\n\
+        "[[pools]]\nname = \"main\"\nmembers = [\"{}\", \"{}\"]\n[pools.health]\ncheck = \"none\"\n\n\
+         [[pools]]\nname = \"dns\"\ndns = \"localhost:{}\"\ndns_interval_ms = 100\n[pools.health]\ncheck = \"tcp\"\ninterval_ms = 100\n\n\
          [[routes]]\npath = \"/mcp\"\npool = \"main\"\n\n[[routes]]\npath = \"/sse\"\npool = \"dns\"\n",
+        dead.addr,
         ok.addr,
         sse.addr.port()
     ));
     let c = client();
+    // Round robin over two members: one of the first two requests tries the dead one.
     for i in 0..4 {
-        modern_request(
+        let resp = modern_request(
             &c,
             &edge.url(),
             &modern_body(json!(i), "tools/list", json!({})),
@@ -77,24 +80,31 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
         .send()
         .await
         .unwrap();
+        assert_eq!(resp.status(), 200, "request {i}");
     }
+    wait_metric(
+        &edge,
+        &format!(
+            "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"main\"}}",
+            dead.addr
+        ),
+        1.0,
+    )
+    .await;
     let body = modern_body(json!(9), "subscriptions/listen", json!({}));
-    assert!(wait_metric(&edge, "mcp_edge_pool_members{pool=\"dns\"}", 1.0).await >= 1.0);
+    wait_metric(&edge, "mcp_edge_pool_members{pool=\"dns\"}", 1.0).await;
     let r = modern_request(&c, &format!("http://127.0.0.1:{}/sse", edge.port), &body)
         .send()
         .await
         .unwrap();
+    assert_eq!(r.status(), 200);
     r.text().await.unwrap();
-    c.post(edge.url()).body("nope").send().await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let bad = c.post(edge.url()).body("nope").send().await.unwrap();
+    assert!(bad.headers().contains_key("x-mcp-edge-error"));
 
-    let scrape = scrape(&edge).await;
-    let missing: Vec<&String> = wanted
-        .iter()
-        .filter(|m| !scrape.contains(&format!("# TYPE {m} ")))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "used by dashboards/alerts but not exported: {missing:?}"
-    );
+    // Families appear as their first sample is recorded (some just after an answer, some at
+    // the next health check): wait for all of them.
+    let families: Vec<String> = wanted.iter().map(|m| format!("# TYPE {m} ")).collect();
+    let families: Vec<&str> = families.iter().map(String::as_str).collect();
+    wait_series(&edge, &families).await;
 }

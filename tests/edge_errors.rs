@@ -11,10 +11,7 @@ struct Case {
     what: &'static str,
     headers: Vec<(&'static str, String)>,
     body: String,
-    status: u16,
-    code: i64,
-    id: Value,
-    kind: &'static str,
+    want: Expect,
 }
 
 fn std_headers(method: &str, name: Option<&str>) -> Vec<(&'static str, String)> {
@@ -35,18 +32,18 @@ fn cases() -> Vec<Case> {
         modern_body(id, "tools/call", json!({"name": name, "arguments": {}})).to_string()
     };
     vec![
-        Case { what: "Mcp-Name mismatch", headers: std_headers("tools/call", Some("foo")), body: call(json!(1), "bar"), status: 400, code: -32020, id: json!(1), kind: "header_mismatch_name" },
-        Case { what: "Mcp-Name missing", headers: std_headers("tools/call", None), body: call(json!("s-1"), "bar"), status: 400, code: -32020, id: json!("s-1"), kind: "header_mismatch_name" },
-        Case { what: "Mcp-Method mismatch", headers: std_headers("tools/list", Some("bar")), body: call(json!(2), "bar"), status: 400, code: -32020, id: json!(2), kind: "header_mismatch_method" },
-        Case { what: "version header stripped", headers: vec![("content-type", "application/json".into()), ("mcp-method", "tools/call".into()), ("mcp-name", "bar".into())], body: call(json!(3), "bar"), status: 400, code: -32020, id: json!(3), kind: "header_mismatch_protocol_version" },
-        Case { what: "duplicate Mcp-Method", headers: { let mut h = std_headers("tools/call", Some("bar")); h.push(("mcp-method", "tools/call".into())); h }, body: call(json!(4), "bar"), status: 400, code: -32020, id: json!(4), kind: "header_mismatch_method" },
-        Case { what: "unsupported version", headers: vec![("content-type", "application/json".into()), ("mcp-protocol-version", "2099-01-01".into()), ("mcp-method", "tools/list".into())], body: json!({"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}).to_string(), status: 400, code: -32022, id: json!(5), kind: "unsupported_version" },
-        Case { what: "bad Origin", headers: { let mut h = std_headers("tools/list", None); h.push(("origin", "https://evil.example".into())); h }, body: modern_body(json!(6), "tools/list", json!({})).to_string(), status: 403, code: -32000, id: Value::Null, kind: "origin_rejected" },
-        Case { what: "malformed JSON", headers: std_headers("tools/list", None), body: "{\"jsonrpc\":\"2.0\",".into(), status: 400, code: -32700, id: Value::Null, kind: "parse_error" },
-        Case { what: "batch on modern path", headers: std_headers("tools/list", None), body: format!("[{}]", modern_body(json!(7), "tools/list", json!({}))), status: 400, code: -32600, id: Value::Null, kind: "invalid_request" },
-        Case { what: "posted response on modern path", headers: std_headers("tools/list", None), body: json!({"jsonrpc":"2.0","id":8,"result":{}}).to_string(), status: 400, code: -32600, id: json!(8), kind: "invalid_request" },
-        Case { what: "non-JSON content type", headers: vec![("content-type", "text/plain".into()), ("mcp-protocol-version", MODERN.into()), ("mcp-method", "tools/list".into())], body: modern_body(json!(9), "tools/list", json!({})).to_string(), status: 415, code: -32000, id: Value::Null, kind: "unsupported_media_type" },
-        Case { what: "body over the limit", headers: std_headers("tools/call", Some("big")), body: modern_body(json!(10), "tools/call", json!({"name":"big","arguments":{"x":"y".repeat(70_000)}})).to_string(), status: 413, code: -32000, id: Value::Null, kind: "body_too_large" },
+        Case { what: "Mcp-Name mismatch", headers: std_headers("tools/call", Some("foo")), body: call(json!(1), "bar"), want: Expect::edge(400, "header_mismatch_name", -32020, json!(1)) },
+        Case { what: "Mcp-Name missing", headers: std_headers("tools/call", None), body: call(json!("s-1"), "bar"), want: Expect::edge(400, "header_mismatch_name", -32020, json!("s-1")) },
+        Case { what: "Mcp-Method mismatch", headers: std_headers("tools/list", Some("bar")), body: call(json!(2), "bar"), want: Expect::edge(400, "header_mismatch_method", -32020, json!(2)) },
+        Case { what: "version header stripped", headers: vec![("content-type", "application/json".into()), ("mcp-method", "tools/call".into()), ("mcp-name", "bar".into())], body: call(json!(3), "bar"), want: Expect::edge(400, "header_mismatch_protocol_version", -32020, json!(3)) },
+        Case { what: "duplicate Mcp-Method", headers: { let mut h = std_headers("tools/call", Some("bar")); h.push(("mcp-method", "tools/call".into())); h }, body: call(json!(4), "bar"), want: Expect::edge(400, "header_mismatch_method", -32020, json!(4)) },
+        Case { what: "unsupported version", headers: vec![("content-type", "application/json".into()), ("mcp-protocol-version", "2099-01-01".into()), ("mcp-method", "tools/list".into())], body: json!({"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}).to_string(), want: Expect::edge(400, "unsupported_version", -32022, json!(5)) },
+        Case { what: "bad Origin", headers: { let mut h = std_headers("tools/list", None); h.push(("origin", "https://evil.example".into())); h }, body: modern_body(json!(6), "tools/list", json!({})).to_string(), want: Expect::edge(403, "origin_rejected", -32000, Value::Null) },
+        Case { what: "malformed JSON", headers: std_headers("tools/list", None), body: "{\"jsonrpc\":\"2.0\",".into(), want: Expect::edge(400, "parse_error", -32700, Value::Null) },
+        Case { what: "batch on modern path", headers: std_headers("tools/list", None), body: format!("[{}]", modern_body(json!(7), "tools/list", json!({}))), want: Expect::edge(400, "invalid_request", -32600, Value::Null) },
+        Case { what: "posted response on modern path", headers: std_headers("tools/list", None), body: json!({"jsonrpc":"2.0","id":8,"result":{}}).to_string(), want: Expect::edge(400, "invalid_request", -32600, json!(8)) },
+        Case { what: "non-JSON content type", headers: vec![("content-type", "text/plain".into()), ("mcp-protocol-version", MODERN.into()), ("mcp-method", "tools/list".into())], body: modern_body(json!(9), "tools/list", json!({})).to_string(), want: Expect::edge(415, "unsupported_media_type", -32000, Value::Null) },
+        Case { what: "body over the limit", headers: std_headers("tools/call", Some("big")), body: modern_body(json!(10), "tools/call", json!({"name":"big","arguments":{"x":"y".repeat(70_000)}})).to_string(), want: Expect::edge(413, "body_too_large", -32000, Value::Null) },
     ]
 }
 
@@ -55,7 +52,7 @@ async fn every_edge_error_is_exact_and_never_reaches_the_upstream() {
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&format!(
         "[limits]\nmax_body_bytes = 65536\n\n{}",
-        pool_and_route(&[mock.addr], "allowed_origins = [\"https://app.example\"]")
+        unchecked_pool_and_route(&[mock.addr], "allowed_origins = [\"https://app.example\"]")
     ));
     let c = client();
     for case in cases() {
@@ -63,24 +60,15 @@ async fn every_edge_error_is_exact_and_never_reaches_the_upstream() {
         for (k, v) in &case.headers {
             rb = rb.header(*k, v.as_str());
         }
-        let resp = rb.body(case.body.clone()).send().await.unwrap();
-        assert_eq!(resp.status().as_u16(), case.status, "{}", case.what);
-        assert_eq!(
-            resp.headers()
-                .get("x-mcp-edge-error")
-                .and_then(|v| v.to_str().ok()),
-            Some(case.kind),
-            "{}",
-            case.what
-        );
-        let v: Value = resp.json().await.unwrap();
-        assert_eq!(v["jsonrpc"], "2.0", "{}", case.what);
-        assert_eq!(v["error"]["code"], case.code, "{}: {v}", case.what);
-        assert_eq!(v["id"], case.id, "{}: {v}", case.what);
+        assert_rejected(&mock, case.what, &case.want, exchange(rb.body(case.body))).await;
     }
-    assert_eq!(mock.count(), 0, "a rejected request reached the upstream");
+    assert_eq!(
+        (mock.connections(), mock.heads()),
+        (0, 0),
+        "a rejected request reached the upstream"
+    );
 
-    // The same edge forwards a valid request, so the zero above is not a dead upstream.
+    // The same edge forwards a valid request, so the zeros above are not a dead upstream.
     let ok = modern_request(
         &c,
         &edge.url(),
@@ -92,58 +80,66 @@ async fn every_edge_error_is_exact_and_never_reaches_the_upstream() {
     .unwrap();
     assert_eq!(ok.status(), 200);
     assert!(ok.headers().get("x-mcp-edge-error").is_none());
-    assert_eq!(mock.count(), 1);
+    assert_eq!((mock.heads(), mock.requests()), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_version_lists_the_routes_versions() {
     let mock = Mock::start(Behavior::Json).await;
-    let edge = start_edge(&pool_and_route(&[mock.addr], "versions = [\"2026-07-28\"]"));
+    let edge = start_edge(&unchecked_pool_and_route(
+        &[mock.addr],
+        "versions = [\"2026-07-28\"]",
+    ));
     let c = client();
     // A legacy initialize on a modern-only route.
-    let resp = c
+    let initialize = c
         .post(edge.url())
         .header("content-type", "application/json")
-        .body(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["id"], 0);
-    assert_eq!(v["error"]["code"], -32022);
+        .body(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}).to_string());
+    let answer = assert_rejected(
+        &mock,
+        "legacy initialize",
+        &Expect::edge(400, "unsupported_version", -32022, json!(0)),
+        exchange(initialize),
+    )
+    .await;
     assert_eq!(
-        v["error"]["data"],
+        answer.json["error"]["data"],
         json!({"supported":["2026-07-28"],"requested":"2025-11-25"})
     );
     // GET (legacy SSE) on a modern-only route.
-    let resp = c
-        .get(edge.url())
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 405);
-    assert_eq!(mock.count(), 0);
+    let get = c.get(edge.url()).header("accept", "text/event-stream");
+    assert_rejected(
+        &mock,
+        "legacy GET",
+        &Expect::edge(405, "method_not_allowed", -32000, Value::Null),
+        exchange(get),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_path_and_method() {
     let mock = Mock::start(Behavior::Json).await;
-    let edge = start_edge(&pool_and_route(&[mock.addr], ""));
+    let edge = start_edge(&unchecked_pool_and_route(&[mock.addr], ""));
     let c = client();
-    let resp = c
+    let other = c
         .post(format!("http://127.0.0.1:{}/other", edge.port))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 404);
-    assert_eq!(resp.headers()["x-mcp-edge-error"], "no_route");
-    let resp = c.put(edge.url()).body("{}").send().await.unwrap();
-    assert_eq!(resp.status(), 405);
-    assert_eq!(resp.headers()["x-mcp-edge-error"], "method_not_allowed");
-    assert_eq!(mock.count(), 0);
+        .body("{}");
+    assert_rejected(
+        &mock,
+        "unknown path",
+        &Expect::edge(404, "no_route", -32000, Value::Null),
+        exchange(other),
+    )
+    .await;
+    assert_rejected(
+        &mock,
+        "PUT",
+        &Expect::edge(405, "method_not_allowed", -32000, Value::Null),
+        exchange(c.put(edge.url()).body("{}")),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,38 +165,40 @@ async fn upstream_errors_pass_through_untouched() {
 async fn garbage_from_the_upstream_is_a_marked_502() {
     let mock = Mock::start(Behavior::Garbage).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
-    let resp = modern_request(
+    let answer = exchange(modern_request(
         &client(),
         &edge.url(),
         &modern_body(json!(1), "tools/list", json!({})),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 502);
-    assert_eq!(resp.headers()["x-mcp-edge-error"], "upstream_error");
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["id"], 1);
-    assert_eq!(v["error"]["code"], -32603);
+    ))
+    .await;
+    assert_answer(
+        &answer,
+        &Expect::edge(502, "upstream_error", -32603, json!(1)),
+        "garbage",
+    );
+    assert!(mock.heads() >= 1, "the request did reach the upstream");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_errors_are_counted_by_kind() {
     let mock = Mock::start(Behavior::Json).await;
-    let edge = start_edge(&pool_and_route(&[mock.addr], ""));
+    let edge = start_edge(&unchecked_pool_and_route(&[mock.addr], ""));
     let key = "mcp_edge_errors_total{kind=\"header_mismatch_name\"}";
     let before = metric(&edge, key).await;
     let body = modern_body(json!(1), "tools/call", json!({"name":"a"}));
-    let resp = client()
+    let mismatched = client()
         .post(edge.url())
         .header("content-type", "application/json")
         .header("mcp-protocol-version", MODERN)
         .header("mcp-method", "tools/call")
         .header("mcp-name", "b")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    assert!(wait_metric(&edge, key, before + 1.0).await >= before + 1.0);
+        .body(body.to_string());
+    assert_rejected(
+        &mock,
+        "Mcp-Name mismatch",
+        &Expect::edge(400, "header_mismatch_name", -32020, json!(1)),
+        exchange(mismatched),
+    )
+    .await;
+    wait_metric(&edge, key, before + 1.0).await;
 }

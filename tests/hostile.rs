@@ -6,26 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::mock::{Behavior, Mock};
+use common::mock::{Behavior, Mock, Pace};
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
-
-/// Send raw bytes, read the whole response (the request asks to close).
-async fn raw(port: u16, bytes: &[u8]) -> (Option<u16>, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let _ = s.write_all(bytes).await;
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    let text = String::from_utf8_lossy(&out).to_string();
-    let status = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
-        .and_then(|c| c.parse().ok());
-    (status, text)
-}
 
 fn post(path: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
     let mut req = format!("POST {path} HTTP/1.1\r\nHost: mcp.example\r\nConnection: close\r\n");
@@ -61,17 +48,18 @@ fn call(name: &str) -> String {
 struct Case {
     what: &'static str,
     bytes: Vec<u8>,
-    status: u16,
-    /// JSON-RPC error code, when the edge answers with a JSON-RPC body.
-    code: Option<i64>,
+    want: Expect,
 }
 
 fn cases() -> Vec<Case> {
-    let c = |what, bytes, status, code| Case {
+    // A JSON-RPC code where the edge answers in JSON-RPC (with its marker), else only a status.
+    let c = |what, bytes, status, code: Option<i64>| Case {
         what,
         bytes,
-        status,
-        code,
+        want: match code {
+            Some(code) => Expect::code(status, code),
+            None => Expect::status(status),
+        },
     };
     let deep = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"x":{}{},"name":"a",{META}}}}}"#,
@@ -166,32 +154,21 @@ async fn hostile_inputs_get_exact_answers_and_never_reach_the_upstream() {
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&format!(
         "[limits]\nmax_body_bytes = 65536\n\n{}sse_path = \"/sse\"\nmessages_path = \"/messages\"\nallowed_origins = [\"https://app.example\"]\nallowed_hosts = [\"mcp.example\", \"localhost\", \"127.0.0.1\"]\n",
-        pool_and_route(&[mock.addr], "")
+        unchecked_pool_and_route(&[mock.addr], "")
     ));
     let all = cases();
     assert!(all.len() >= 50, "the corpus has {} cases", all.len());
+    // Every case runs; the report lists all that are wrong.
     let mut wrong = Vec::new();
     for case in &all {
-        let (status, text) = raw(edge.port, &case.bytes).await;
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
-        let code = serde_json::from_str::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| v["error"]["code"].as_i64());
-        let marked = text.to_ascii_lowercase().contains("x-mcp-edge-error:");
-        let code_ok = match case.code {
-            Some(want) => code == Some(want) && marked,
-            None => true,
-        };
-        if status != Some(case.status) || !code_ok {
+        if let Err(e) =
+            check_rejected(&mock, &case.want, exchange_raw(edge.port, &case.bytes)).await
+        {
             wrong.push(format!(
-                "{}: got {status:?} {code:?} (marked {marked}): {}",
+                "{}: {}",
                 case.what,
-                text.chars().take(200).collect::<String>()
+                e.chars().take(300).collect::<String>()
             ));
-        }
-        if mock.count() != 0 {
-            wrong.push(format!("{} reached the upstream", case.what));
-            break;
         }
     }
     assert!(
@@ -201,14 +178,15 @@ async fn hostile_inputs_get_exact_answers_and_never_reach_the_upstream() {
         all.len(),
         wrong.join("\n")
     );
+    assert_eq!((mock.connections(), mock.heads()), (0, 0));
     // Still serving, and the control request does reach the upstream.
-    let ok = raw(
+    let ok = exchange_raw(
         edge.port,
         &modern("tools/call", Some("a"), call("a").as_bytes()),
     )
     .await;
-    assert_eq!(ok.0, Some(200), "{}", ok.1);
-    assert_eq!(mock.count(), 1);
+    assert_eq!(ok.status, Some(200), "{}", ok.text);
+    assert_eq!((mock.heads(), mock.requests()), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,9 +219,10 @@ async fn slow_clients_do_not_stop_the_edge_serving_others() {
         let resp = modern_request(
             &c,
             &edge.url(),
-            &modern_body(serde_json::json!(i), "tools/list", serde_json::json!({})),
+            &modern_body(json!(i), "tools/list", json!({})),
         )
-        .timeout(Duration::from_secs(2))
+        // A hang guard only: the slow clients must not block this request at all.
+        .timeout(Duration::from_secs(10))
         .send()
         .await
         .unwrap();
@@ -256,53 +235,51 @@ async fn slow_clients_do_not_stop_the_edge_serving_others() {
     // The stalled bodies got 408 after request_body_ms.
     for mut s in stalled {
         let mut out = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
         let text = String::from_utf8_lossy(&out);
         assert!(text.starts_with("HTTP/1.1 408"), "stalled body: {text}");
         assert!(text.contains("body_timeout"));
     }
-    assert_eq!(mock.count(), 20);
+    assert_eq!(mock.requests(), 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_and_request_limits_answer_503() {
     let ack = "event: message\ndata: {}\n\n".to_string();
     let mock = Mock::start(Behavior::Sse {
-        frames: vec![(Duration::ZERO, ack)],
+        frames: vec![(Pace::Now, ack)],
         hold: Duration::from_secs(30),
     })
     .await;
     let edge = start_edge(&format!(
         "[limits]\nmax_streams = 2\nmax_concurrent_requests = 3\n\n{}",
-        pool_and_route(&[mock.addr], "")
+        unchecked_pool_and_route(&[mock.addr], "")
     ));
     let c = client();
     let listen = || {
         modern_request(
             &c,
             &edge.url(),
-            &modern_body(
-                serde_json::json!("l"),
-                "subscriptions/listen",
-                serde_json::json!({}),
-            ),
+            &modern_body(json!("l"), "subscriptions/listen", json!({})),
         )
-        .send()
     };
-    let (a, b) = (listen().await.unwrap(), listen().await.unwrap());
+    let (a, b) = (
+        listen().send().await.unwrap(),
+        listen().send().await.unwrap(),
+    );
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
-    let third = listen().await.unwrap();
-    assert_eq!(third.status(), 503);
-    assert_eq!(third.headers()["x-mcp-edge-error"], "overloaded");
+    assert_rejected(
+        &mock,
+        "a third stream",
+        &Expect::edge(503, "overloaded", -32000, json!("l")),
+        exchange(listen()),
+    )
+    .await;
     // Two streams + one more request in flight = 3; a fourth concurrent request is refused.
     let held = modern_request(
         &c,
         &edge.url(),
-        &modern_body(
-            serde_json::json!(1),
-            "tools/call",
-            serde_json::json!({"name":"x"}),
-        ),
+        &modern_body(json!(1), "tools/call", json!({"name":"x"})),
     )
     .send()
     .await
@@ -310,16 +287,22 @@ async fn stream_and_request_limits_answer_503() {
     let fourth = modern_request(
         &c,
         &edge.url(),
-        &modern_body(serde_json::json!(2), "tools/list", serde_json::json!({})),
+        &modern_body(json!(2), "tools/list", json!({})),
+    );
+    assert_rejected(
+        &mock,
+        "a fourth concurrent request",
+        // Refused before the body is read: no id to echo.
+        &Expect::edge(503, "overloaded", -32000, serde_json::Value::Null),
+        exchange(fourth),
     )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(fourth.status(), 503);
+    .await;
     drop((a, b, held));
     // Slots come back when the streams end.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(listen().await.unwrap().status(), 200);
+    wait_until(PATIENCE, "a stream slot to come back", async || {
+        listen().send().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,26 +312,45 @@ async fn connections_over_the_limit_are_closed_at_once() {
         "[limits]\nmax_connections = 5\n\n{}",
         pool_and_route(&[mock.addr], "")
     ));
+    let list = || modern("tools/list", None, &list_body());
+    // Five connections, each served once and then idle: the edge surely counts all five.
     let mut idle = Vec::new();
-    for _ in 0..5 {
-        idle.push(TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap());
+    for i in 0..5 {
+        let mut s = BufReader::new(TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap());
+        let keep_alive = String::from_utf8(list())
+            .unwrap()
+            .replace("Connection: close\r\n", "");
+        s.get_mut().write_all(keep_alive.as_bytes()).await.unwrap();
+        let head = tokio::time::timeout(PATIENCE, http1::read_head(&mut s))
+            .await
+            .expect("no answer")
+            .unwrap()
+            .expect("closed");
+        assert_eq!(head.status(), Some(200), "connection {i}: {}", head.text);
+        http1::read_body(&mut s, &head, 1 << 20).await.unwrap();
+        idle.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut extra = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
     let _ = extra
         .write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
         .await;
     let mut buf = [0u8; 64];
-    let n = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf))
+    // A hang guard: over the limit, the close comes at once.
+    let n = tokio::time::timeout(Duration::from_secs(10), extra.read(&mut buf))
         .await
         .expect("not closed")
         .unwrap_or(0);
     assert_eq!(n, 0, "the sixth connection is closed without an answer");
-    // Freed slots are usable again.
+    // Freed slots are usable again, once the edge has seen the closes.
     idle.clear();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, _) = raw(edge.port, &modern("tools/list", None, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)).await;
-    assert_eq!(status, Some(200));
+    wait_until(PATIENCE, "a freed connection slot", async || {
+        exchange_raw(edge.port, &list()).await.status == Some(200)
+    })
+    .await;
+}
+
+fn list_body() -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{META}}}}}"#).into_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,7 +366,7 @@ async fn no_ssrf_through_the_request_target_or_host() {
         elsewhere.addr,
         body.len()
     );
-    let (status, text) = raw(edge.port, req.as_bytes()).await;
-    assert_eq!(status, Some(200), "{text}");
-    assert_eq!((member.count(), elsewhere.count()), (1, 0));
+    let answer = exchange_raw(edge.port, req.as_bytes()).await;
+    assert_eq!(answer.status, Some(200), "{}", answer.text);
+    assert_eq!((member.requests(), elsewhere.connections()), (1, 0));
 }

@@ -4,17 +4,12 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::mock::{Behavior, Mock};
 use common::*;
 use mcp_edge::config::Config;
 use mcp_edge::{EdgeHandle, Options};
 use serde_json::json;
-
-fn dead() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], free_port()))
-}
 
 async fn list(edge: &Edge) -> reqwest::Response {
     modern_request(
@@ -27,14 +22,6 @@ async fn list(edge: &Edge) -> reqwest::Response {
     .unwrap()
 }
 
-fn pool_with_health(members: &[SocketAddr], health: &str) -> String {
-    let list: Vec<String> = members.iter().map(|m| format!("\"{m}\"")).collect();
-    format!(
-        "[[pools]]\nname = \"main\"\nmembers = [{}]\n[pools.health]\n{health}\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n",
-        list.join(", ")
-    )
-}
-
 async fn readyz(edge: &Edge) -> u16 {
     client()
         .get(format!("http://127.0.0.1:{}/readyz", edge.metrics_port))
@@ -45,11 +32,17 @@ async fn readyz(edge: &Edge) -> u16 {
         .as_u16()
 }
 
+/// `[[pools]] main` with `members` and a `[pools.health]` section, routed on `/mcp`.
+fn pool(members: &[SocketAddr], health: &str) -> String {
+    pool_with_health(members, health, "")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
     let ok = Mock::start(Behavior::Json).await;
-    let dead_addr = dead();
-    let edge = start_edge(&pool_with_health(
+    let dead = refusing();
+    let dead_addr = dead.addr;
+    let edge = start_edge(&pool(
         &[ok.addr, dead_addr],
         "check = \"tcp\"\ninterval_ms = 100\nunhealthy_after = 1\neject_ms = 1",
     ));
@@ -57,14 +50,10 @@ async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
     let failures =
         format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
     // Marked unhealthy by the checker (the gauge reads 0 and the member gets no traffic).
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while metric(&edge, &gauge).await != 0.0 || !scrape(&edge).await.contains(&gauge) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "dead member never marked unhealthy"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(PATIENCE, "the dead member marked unhealthy", async || {
+        scrape(&edge).await.contains(&format!("{gauge} 0"))
+    })
+    .await;
     let before = metric(&edge, &failures).await;
     for _ in 0..10 {
         assert_eq!(list(&edge).await.status(), 200);
@@ -75,60 +64,62 @@ async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
         "traffic was sent to an unhealthy member"
     );
     assert_eq!(readyz(&edge).await, 200, "one healthy member is enough");
-    // It comes back.
-    let revived = Mock::start_on(dead_addr, Behavior::Json).await;
-    assert!(
-        wait_metric(&edge, &gauge, 1.0).await >= 1.0,
-        "revived member never healthy again"
-    );
+    // It comes back on the same port.
+    let revived = dead.revive(Behavior::Json);
+    wait_metric(&edge, &gauge, 1.0).await;
     for _ in 0..10 {
         assert_eq!(list(&edge).await.status(), 200);
     }
     assert!(
-        revived.count() >= 4,
+        revived.requests() >= 4,
         "recovered member gets traffic again: {}",
-        revived.count()
+        revived.requests()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_healthy_member_is_a_clear_503_and_not_ready() {
-    let edge = start_edge(&pool_with_health(
-        &[dead(), dead()],
+    let (dead_1, dead_2) = (refusing(), refusing());
+    let edge = start_edge(&pool(
+        &[dead_1.addr, dead_2.addr],
         "check = \"tcp\"\ninterval_ms = 100\nunhealthy_after = 1",
     ));
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let resp = list(&edge).await;
-        if resp.status() == 503 {
-            assert_eq!(resp.headers()["x-mcp-edge-error"], "no_healthy_member");
-            let v: serde_json::Value = resp.json().await.unwrap();
-            assert_eq!(
-                (v["id"].clone(), v["error"]["code"].clone()),
-                (json!(1), json!(-32603))
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never became 503: {}",
-            resp.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Until the checker has marked both down, requests fail to connect instead.
+    let mut last = None;
+    let became_503 = poll_until(PATIENCE, async || {
+        let answer = exchange(modern_request(
+            &client(),
+            &edge.url(),
+            &modern_body(json!(1), "tools/list", json!({})),
+        ))
+        .await;
+        let done = answer.status == Some(503);
+        last = Some(answer);
+        done
+    })
+    .await;
+    let last = last.unwrap();
+    assert!(became_503, "never became 503: {}", last.text);
+    assert_answer(
+        &last,
+        &Expect::edge(503, "no_healthy_member", -32603, json!(1)),
+        "no healthy member",
+    );
     assert_eq!(readyz(&edge).await, 503);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_ejects_the_member_passively() {
     let ok = Mock::start(Behavior::Json).await;
-    let dead_addr = dead();
-    let edge = start_edge(&pool_with_health(
-        &[dead_addr, ok.addr],
+    let dead = refusing();
+    let edge = start_edge(&pool(
+        &[dead.addr, ok.addr],
         "check = \"none\"\neject_ms = 60000",
     ));
-    let failures =
-        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
+    let failures = format!(
+        "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"main\"}}",
+        dead.addr
+    );
     for _ in 0..20 {
         assert_eq!(list(&edge).await.status(), 200);
     }
@@ -137,39 +128,33 @@ async fn a_refused_connection_ejects_the_member_passively() {
         1.0,
         "one refusal, then the member is ejected"
     );
-    assert_eq!(ok.count(), 20);
+    assert_eq!(ok.requests(), 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_probe_tells_an_mcp_server_from_an_open_port() {
     let good = Mock::start(Behavior::Json).await;
     let garbage = Mock::start(Behavior::Garbage).await;
-    let edge = start_edge(&pool_with_health(
+    let edge = start_edge(&pool(
         &[good.addr, garbage.addr],
         "check = \"mcp\"\ninterval_ms = 100\nunhealthy_after = 1",
     ));
-    let bad = format!(
-        "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
-        garbage.addr
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while metric(&edge, &bad).await != 0.0
-        || metric(
-            &edge,
-            &format!(
-                "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
-                good.addr
-            ),
+    let healthy = |m: &Mock| {
+        format!(
+            "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
+            m.addr
         )
-        .await
-            != 1.0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "probe verdicts never settled"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    wait_until(
+        PATIENCE,
+        "the probe's verdicts (good up, garbage down)",
+        async || {
+            let text = scrape(&edge).await;
+            text.contains(&format!("{} 1", healthy(&good)))
+                && text.contains(&format!("{} 0", healthy(&garbage)))
+        },
+    )
+    .await;
     // The probe itself is a server/discover POST.
     let head = good.last().unwrap().head.to_ascii_lowercase();
     assert!(
@@ -185,10 +170,7 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
     let edge = start_edge(&format!(
         "[[pools]]\nname = \"main\"\ndns = \"localhost:{port}\"\ndns_interval_ms = 200\n[pools.health]\ncheck = \"none\"\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n"
     ));
-    assert!(
-        wait_metric(&edge, "mcp_edge_pool_members{pool=\"main\"}", 1.0).await >= 1.0,
-        "localhost never resolved"
-    );
+    wait_metric(&edge, "mcp_edge_pool_members{pool=\"main\"}", 1.0).await;
     for _ in 0..5 {
         assert_eq!(list(&edge).await.status(), 200);
     }
@@ -202,20 +184,24 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
         credential: None,
     };
     let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();
-    let legacy = |t: &str| {
+    let legacy = || {
         client()
             .post(edge.url())
             .header("content-type", "application/json")
-            .header("mcp-session-id", t.to_string())
+            .header("mcp-session-id", token.clone())
             .body(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}).to_string())
-            .send()
     };
-    assert_eq!(legacy(&token).await.unwrap().status(), 200);
+    assert_eq!(legacy().send().await.unwrap().status(), 200);
     let pool = edge.handle.runtime.load().pools["main"].clone();
-    assert!(pool.set_members(&[dead()]), "simulated departure");
-    let resp = legacy(&token).await.unwrap();
-    assert_eq!(resp.status(), 404);
-    assert_eq!(resp.headers()["x-mcp-edge-error"], "session_member_gone");
+    let elsewhere = refusing();
+    assert!(pool.set_members(&[elsewhere.addr]), "simulated departure");
+    assert_rejected(
+        &mock,
+        "a session on a member that left",
+        &Expect::edge(404, "session_member_gone", -32001, json!(2)),
+        exchange(legacy()),
+    )
+    .await;
 }
 
 fn write_config(
@@ -293,7 +279,14 @@ async fn reload_under_load_loses_no_request() {
             if i % 2 == 0 { b.addr } else { a.addr },
         );
         reloader.reload().unwrap();
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Pace the reloads by the load, not the clock: some requests between each two (or
+        // none left to send).
+        let served = a.requests() + b.requests();
+        wait_until(PATIENCE, "requests served after a reload", async || {
+            let now = a.requests() + b.requests();
+            now >= served + 5 || now >= 600
+        })
+        .await;
     }
     // An invalid file is refused; the running configuration stays.
     std::fs::write(&path, "this is not toml [").unwrap();
@@ -309,15 +302,15 @@ async fn reload_under_load_loses_no_request() {
     }
     assert_eq!(total, 600);
     assert_eq!(
-        a.count() + b.count(),
+        a.requests() + b.requests(),
         600,
         "every request reached exactly one upstream"
     );
-    assert!(a.count() > 0 && b.count() > 0);
+    assert!(a.requests() > 0 && b.requests() > 0);
     // The last good config (member a) is what serves now.
-    let before = a.count();
+    let before = a.requests();
     assert_eq!(list(&edge).await.status(), 200);
-    assert_eq!(a.count(), before + 1);
+    assert_eq!(a.requests(), before + 1);
     assert_eq!(
         metric(&edge, "mcp_edge_config_reloads_total{result=\"success\"}").await,
         ok_before + 10.0

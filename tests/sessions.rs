@@ -393,13 +393,20 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     edge.handle.stop();
     drop(edge);
     let edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}"))));
-    let (status, _, msg) = legacy_post(
-        &edge.url(),
-        Some(&old),
-        json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}),
+    let stale = client()
+        .post(edge.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &old)
+        .header("mcp-protocol-version", LEGACY)
+        .body(json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}).to_string());
+    assert_rejected(
+        &[&a, &b],
+        "a token sealed with a removed key",
+        &Expect::edge(404, "session_unknown", -32001, json!(3)),
+        exchange(stale),
     )
     .await;
-    assert_eq!((status, msg["error"]["code"].clone()), (404, json!(-32001)));
     assert_eq!(
         whoami(&edge.url(), &new).await.0,
         200,

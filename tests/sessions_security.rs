@@ -9,7 +9,7 @@ use common::mock::{Behavior, Mock};
 use common::*;
 use mcp_edge::session::token::{self, Claims};
 use mcp_edge::session::{credential_digest, KeyRing};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn now() -> u64 {
     mcp_edge::session::affinity::now_secs()
@@ -29,7 +29,7 @@ fn seal_with(secret: &str, c: &Claims) -> String {
     token::seal(&KeyRing::parse(&format!("1:{secret}")).unwrap(), c).unwrap()
 }
 
-async fn call(edge: &Edge, token: &str, auth: Option<&str>) -> reqwest::Response {
+fn call(edge: &Edge, token: &str, auth: Option<&str>) -> reqwest::RequestBuilder {
     let mut rb = client()
         .post(edge.url())
         .header("content-type", "application/json")
@@ -40,18 +40,28 @@ async fn call(edge: &Edge, token: &str, auth: Option<&str>) -> reqwest::Response
         rb = rb.header("authorization", a);
     }
     rb.body(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}).to_string())
-        .send()
-        .await
-        .unwrap()
 }
 
-async fn assert_404(edge: &Edge, token: &str, auth: Option<&str>, kind: &str, what: &str) {
-    let resp = call(edge, token, auth).await;
-    assert_eq!(resp.status(), 404, "{what}");
-    assert_eq!(resp.headers()["x-mcp-edge-error"], kind, "{what}");
-    let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["id"], 7, "{what}");
-    assert_eq!(v["error"]["code"], -32001, "{what}");
+async fn status(rb: reqwest::RequestBuilder) -> u16 {
+    rb.send().await.unwrap().status().as_u16()
+}
+
+/// The token is refused with 404 and `kind`, and the upstream never hears of it.
+async fn assert_404(
+    edge: &Edge,
+    upstream: &Mock,
+    token: &str,
+    auth: Option<&str>,
+    kind: &'static str,
+    what: &str,
+) {
+    assert_rejected(
+        upstream,
+        what,
+        &Expect::edge(404, kind, -32001, json!(7)),
+        exchange(call(edge, token, auth)),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,15 +70,14 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     let edge = start_edge(&format!(
         "[sessions]\nkeys_file = \"{}\"\nmax_age_seconds = 600\n\n{}",
         key_file(&format!("1:{KEY_A}")),
-        pool_and_route(&[mock.addr], "")
+        unchecked_pool_and_route(&[mock.addr], "")
     ));
     let member = mock.addr.to_string();
     let good = seal_with(KEY_A, &claims(&member));
 
     // Control: the good token goes through, so the 404s below are about the tokens.
-    let resp = call(&edge, &good, None).await;
-    assert_eq!(resp.status(), 200);
-    assert_eq!(mock.count(), 1);
+    assert_eq!(status(call(&edge, &good, None)).await, 200);
+    assert_eq!(mock.requests(), 1);
 
     // Every byte flipped (all bits of it), over HTTP.
     let raw = URL_SAFE_NO_PAD.decode(&good).unwrap();
@@ -77,6 +86,7 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
         m[i] ^= 0xff;
         assert_404(
             &edge,
+            &mock,
             &URL_SAFE_NO_PAD.encode(&m),
             None,
             "session_unknown",
@@ -87,12 +97,18 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     // Truncations.
     for n in [0, 1, 2, 13, 14, 30, raw.len() - 1] {
         let t = URL_SAFE_NO_PAD.encode(&raw[..n]);
-        let resp = call(&edge, &t, None).await;
-        assert_eq!(resp.status(), 404, "truncated to {n}");
+        assert_rejected(
+            &mock,
+            &format!("truncated to {n}"),
+            &Expect::edge(404, "session_unknown", -32001, json!(7)),
+            exchange(call(&edge, &t, None)),
+        )
+        .await;
     }
     // Sealed with another key under the same id.
     assert_404(
         &edge,
+        &mock,
         &seal_with(KEY_B, &claims(&member)),
         None,
         "session_unknown",
@@ -106,6 +122,7 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     };
     assert_404(
         &edge,
+        &mock,
         &seal_with(KEY_A, &old),
         None,
         "session_expired",
@@ -120,21 +137,31 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     let t = seal_with(KEY_A, &bound);
     assert_404(
         &edge,
+        &mock,
         &t,
         Some("Bearer mallory"),
         "session_foreign",
         "other credential",
     )
     .await;
-    assert_404(&edge, &t, None, "session_foreign", "credential dropped").await;
+    assert_404(
+        &edge,
+        &mock,
+        &t,
+        None,
+        "session_foreign",
+        "credential dropped",
+    )
+    .await;
     assert_eq!(
-        call(&edge, &t, Some("Bearer alice")).await.status(),
+        status(call(&edge, &t, Some("Bearer alice"))).await,
         200,
         "the right credential"
     );
     // A member not in the pool (an SSRF attempt through a forged-but-valid token).
     assert_404(
         &edge,
+        &mock,
         &seal_with(KEY_A, &claims("169.254.169.254:80")),
         None,
         "session_member_gone",
@@ -148,6 +175,7 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     };
     assert_404(
         &edge,
+        &mock,
         &seal_with(KEY_A, &other_pool),
         None,
         "session_unknown",
@@ -155,32 +183,32 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
     )
     .await;
     // Junk and repeated headers.
-    assert_404(&edge, "not-a-token", None, "session_unknown", "junk").await;
-    let resp = client()
+    assert_404(&edge, &mock, "not-a-token", None, "session_unknown", "junk").await;
+    let repeated = client()
         .post(edge.url())
         .header("content-type", "application/json")
         .header("mcp-session-id", &good)
         .header("mcp-session-id", &good)
-        .body(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 404, "repeated Mcp-Session-Id");
+        .body(json!({"jsonrpc":"2.0","id":7,"method":"tools/list"}).to_string());
+    assert_rejected(
+        &mock,
+        "repeated Mcp-Session-Id",
+        &Expect::edge(404, "session_unknown", -32001, json!(7)),
+        exchange(repeated),
+    )
+    .await;
 
     assert_eq!(
-        mock.count(),
-        2,
+        (mock.heads(), mock.requests()),
+        (2, 2),
         "only the two good requests reached the upstream"
     );
-    assert!(
-        wait_metric(
-            &edge,
-            "mcp_edge_session_token_failures_total{reason=\"forged\"}",
-            1.0
-        )
-        .await
-            >= 1.0
-    );
+    wait_metric(
+        &edge,
+        "mcp_edge_session_token_failures_total{reason=\"forged\"}",
+        1.0,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +216,7 @@ async fn the_upstream_session_id_is_restored_on_the_way_in() {
     let mock = Mock::start(Behavior::Json).await;
     let edge = start_edge(&pool_and_route(&[mock.addr], ""));
     let t = seal_with(KEY_A, &claims(&mock.addr.to_string()));
-    assert_eq!(call(&edge, &t, None).await.status(), 200);
+    assert_eq!(status(call(&edge, &t, None)).await, 200);
     let head = mock.last().unwrap().head.to_ascii_lowercase();
     assert!(head.contains("mcp-session-id: sid-1\r\n"), "{head}");
     assert!(

@@ -1,24 +1,42 @@
-//! A mock MCP upstream on raw tokio TCP, so tests can count requests, check bodies byte for
-//! byte, and inject faults (stall, garbage, reset, slow or endless SSE).
+//! A mock MCP upstream on raw tokio TCP, so tests can count what reaches it, check bodies
+//! byte for byte, and inject faults (stall, garbage, reset, slow or endless SSE).
+//!
+//! It counts three things as they happen: accepted connections, request heads (counted before
+//! the body is read, so a forwarded head with a short body is still seen) and whole requests.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
+
+use super::http1;
+
+/// Bodies larger than this are refused (the tests send at most a few MiB).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// When the mock writes an SSE frame.
+#[derive(Clone, Debug)]
+pub enum Pace {
+    Now,
+    After(Duration),
+    /// Once the test calls [`Mock::release`]: the upstream provably still holds the stream.
+    OnRelease,
+}
 
 /// How the mock answers every request.
 #[derive(Clone, Debug)]
 pub enum Behavior {
     /// 200 JSON: `{"jsonrpc":"2.0","id":<id>,"result":{"len":N,"sha256":"…"}}`.
     Json,
-    /// 200 SSE: each `(delay, frame)` written after its delay; then hold the stream open for
-    /// `hold` (or until the client goes away) and end.
+    /// 200 SSE: each frame written at its pace; then hold the stream open for `hold` (or until
+    /// the client goes away) and end.
     Sse {
-        frames: Vec<(Duration, String)>,
+        frames: Vec<(Pace, String)>,
         hold: Duration,
     },
     /// Answer with this status and body verbatim (an upstream error, say).
@@ -50,10 +68,25 @@ pub enum Event {
     Disconnected,
 }
 
+#[derive(Default)]
+struct Counters {
+    connections: AtomicUsize,
+    heads: AtomicUsize,
+}
+
+/// What every connection task shares.
+struct Shared {
+    behavior: Behavior,
+    counters: Counters,
+    seen: Mutex<Vec<Seen>>,
+    events: mpsc::UnboundedSender<(Event, Instant)>,
+    released: Semaphore,
+}
+
 pub struct Mock {
     pub addr: SocketAddr,
-    pub seen: Arc<Mutex<Vec<Seen>>>,
-    pub events: Mutex<mpsc::UnboundedReceiver<(Event, std::time::Instant)>>,
+    shared: Arc<Shared>,
+    events: tokio::sync::Mutex<mpsc::UnboundedReceiver<(Event, Instant)>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -65,85 +98,98 @@ impl Drop for Mock {
 
 impl Mock {
     pub async fn start(behavior: Behavior) -> Mock {
-        Mock::start_on("127.0.0.1:0".parse().unwrap(), behavior).await
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Mock::serve(listener, behavior)
     }
 
-    /// On a given address (to bring a "dead" member back).
-    pub async fn start_on(addr: SocketAddr, behavior: Behavior) -> Mock {
-        let listener = TcpListener::bind(addr).await.unwrap();
+    /// Serve on a listener the caller bound (to bring a reserved "dead" member back).
+    pub fn serve(listener: TcpListener, behavior: Behavior) -> Mock {
         let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::unbounded_channel();
-        let seen2 = seen.clone();
+        let shared = Arc::new(Shared {
+            behavior,
+            counters: Counters::default(),
+            seen: Mutex::new(Vec::new()),
+            events: tx,
+            released: Semaphore::new(0),
+        });
+        let s = shared.clone();
         let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (seen, tx, behavior) = (seen2.clone(), tx.clone(), behavior.clone());
+            while let Ok((stream, _)) = listener.accept().await {
+                s.counters.connections.fetch_add(1, Ordering::SeqCst);
+                let s = s.clone();
                 tokio::spawn(async move {
-                    let _ = serve(stream, behavior, seen, tx).await;
+                    let _ = serve(stream, &s).await;
                 });
             }
         });
         Mock {
             addr,
-            seen,
-            events: Mutex::new(rx),
+            shared,
+            events: tokio::sync::Mutex::new(rx),
             task,
         }
     }
 
-    pub fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
+    /// Connections accepted so far (health probes included).
+    pub fn connections(&self) -> usize {
+        self.shared.counters.connections.load(Ordering::SeqCst)
+    }
+
+    /// Request heads received so far, whether or not their bodies arrived.
+    pub fn heads(&self) -> usize {
+        self.shared.counters.heads.load(Ordering::SeqCst)
+    }
+
+    /// Requests read in full so far.
+    pub fn requests(&self) -> usize {
+        self.shared.seen.lock().unwrap().len()
     }
 
     pub fn last(&self) -> Option<Seen> {
-        self.seen.lock().unwrap().last().cloned()
+        self.shared.seen.lock().unwrap().last().cloned()
     }
 
-    /// Wait for the next event of `kind`, up to `timeout`.
-    pub async fn wait_for(&self, kind: Event, timeout: Duration) -> Option<std::time::Instant> {
+    /// Let one [`Pace::OnRelease`] frame go out.
+    pub fn release(&self) {
+        self.shared.released.add_permits(1);
+    }
+
+    /// Wait for the next event of `kind`, up to `timeout`; when it happened.
+    pub async fn wait_for(&self, kind: Event, timeout: Duration) -> Option<Instant> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut rx = self.events.lock().await;
         loop {
-            let next = {
-                let mut rx = self.events.lock().unwrap();
-                rx.try_recv().ok()
-            };
-            match next {
-                Some((k, at)) if k == kind => return Some(at),
-                Some(_) => continue,
-                None if tokio::time::Instant::now() >= deadline => return None,
-                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some((k, at))) if k == kind => return Some(at),
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return None,
             }
         }
     }
 }
 
-async fn serve(
-    stream: TcpStream,
-    behavior: Behavior,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    tx: mpsc::UnboundedSender<(Event, std::time::Instant)>,
-) -> std::io::Result<()> {
+async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     loop {
-        let Some((head, body)) = read_request(&mut reader).await? else {
+        let Some(head) = http1::read_head(&mut reader).await? else {
             return Ok(());
         };
+        shared.counters.heads.fetch_add(1, Ordering::SeqCst);
+        let body = http1::read_body(&mut reader, &head, MAX_BODY_BYTES).await?;
         let sha = hex(&Sha256::digest(&body));
-        seen.lock().unwrap().push(Seen {
-            head: head.clone(),
+        shared.seen.lock().unwrap().push(Seen {
+            head: head.text.clone(),
             body_len: body.len(),
             body_sha256: sha.clone(),
         });
-        let _ = tx.send((Event::Request, std::time::Instant::now()));
+        let _ = shared.events.send((Event::Request, Instant::now()));
         let id = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v.get("id").cloned())
             .unwrap_or(serde_json::Value::Null);
         let stream = reader.get_mut();
-        match &behavior {
+        match &shared.behavior {
             Behavior::Json => {
                 let body = serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"len":body.len(),"sha256":sha}}).to_string();
                 let resp = format!(
@@ -156,11 +202,18 @@ async fn serve(
                 stream
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
                     .await?;
-                for (delay, frame) in frames {
-                    tokio::time::sleep(*delay).await;
+                for (pace, frame) in frames {
+                    match pace {
+                        Pace::Now => {}
+                        Pace::After(delay) => tokio::time::sleep(*delay).await,
+                        Pace::OnRelease => match shared.released.acquire().await {
+                            Ok(permit) => permit.forget(),
+                            Err(_) => return Ok(()),
+                        },
+                    }
                     let chunk = format!("{:x}\r\n{frame}\r\n", frame.len());
                     if stream.write_all(chunk.as_bytes()).await.is_err() {
-                        let _ = tx.send((Event::Disconnected, std::time::Instant::now()));
+                        let _ = shared.events.send((Event::Disconnected, Instant::now()));
                         return Ok(());
                     }
                 }
@@ -168,7 +221,7 @@ async fn serve(
                 let mut buf = [0u8; 64];
                 match tokio::time::timeout(*hold, stream.read(&mut buf)).await {
                     Ok(Ok(0)) | Ok(Err(_)) => {
-                        let _ = tx.send((Event::Disconnected, std::time::Instant::now()));
+                        let _ = shared.events.send((Event::Disconnected, Instant::now()));
                         return Ok(());
                     }
                     _ => {}
@@ -198,6 +251,7 @@ async fn serve(
                     half.len()
                 );
                 stream.write_all(resp.as_bytes()).await?;
+                // Fault injection: a moment for the bytes to leave before the close.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 return Ok(());
             }
@@ -217,46 +271,6 @@ async fn serve(
             }
         }
     }
-}
-
-/// Read one HTTP/1.1 request (Content-Length or chunked body). `None` on a clean close.
-async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<(String, Vec<u8>)>> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).await? == 0 {
-            return Ok(None);
-        }
-        if line == "\r\n" {
-            break;
-        }
-        head.push_str(&line);
-    }
-    let lower = head.to_ascii_lowercase();
-    let header = |name: &str| {
-        lower
-            .lines()
-            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
-    };
-    let mut body = Vec::new();
-    if header("transfer-encoding:").is_some_and(|v| v.contains("chunked")) {
-        loop {
-            let mut size_line = String::new();
-            r.read_line(&mut size_line).await?;
-            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            let mut chunk = vec![0u8; size + 2];
-            r.read_exact(&mut chunk).await?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    } else if let Some(len) = header("content-length:").and_then(|v| v.parse::<usize>().ok()) {
-        body.resize(len, 0);
-        r.read_exact(&mut body).await?;
-    }
-    Ok(Some((head, body)))
 }
 
 pub fn hex(bytes: &[u8]) -> String {

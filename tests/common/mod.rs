@@ -1,8 +1,12 @@
-//! Shared test helpers: ephemeral ports, an in-process edge, and a fault-injecting mock
-//! MCP upstream speaking plain HTTP/1.1 over tokio.
+//! Shared test helpers: ephemeral ports, an in-process edge, waiting for a condition with a
+//! deadline, and the modules below (a fault-injecting mock upstream, dead members, the
+//! edge-error check, SDK peers, a TCP balancer, an HTTP/1.1 reader).
 #![allow(dead_code)]
 
+pub mod assert;
 pub mod balancer;
+pub mod dead;
+pub mod http1;
 pub mod mock;
 pub mod peers;
 
@@ -13,9 +17,25 @@ use mcp_edge::config::Config;
 use mcp_edge::EdgeHandle;
 use serde_json::{json, Value};
 
+// Not every test binary uses every helper.
+#[allow(unused_imports)]
+pub use assert::{
+    assert_answer, assert_rejected, check_rejected, exchange, exchange_raw, Answer, Expect,
+};
+#[allow(unused_imports)]
+pub use dead::{refusing, Refusing};
+
 pub const MODERN: &str = "2026-07-28";
 
-/// A port that was free a moment ago.
+/// How long a test waits for something that normally takes milliseconds: only a failing
+/// test ever waits this long, so it is generous for a loaded machine.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Between two looks at a condition.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A port that was free a moment ago (for the edge's own listeners, bound at once; never use
+/// it as a dead member, see [`refusing`]).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -24,16 +44,43 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Wait until `ready` holds, looking again every few milliseconds; panic naming `what` if it
+/// does not within `within`.
+pub async fn wait_until(within: Duration, what: &str, ready: impl AsyncFnMut() -> bool) {
+    assert!(
+        poll_until(within, ready).await,
+        "waited {within:?} for {what}"
+    );
+}
+
+/// [`wait_until`] without the panic: whether `ready` held within `within`.
+pub async fn poll_until(within: Duration, mut ready: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if ready().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`wait_until`] for code outside the async runtime (the edge's startup, sync tests).
+pub fn wait_until_blocking(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
+        std::thread::sleep(POLL);
+    }
+}
+
 /// Wait until something accepts connections on `addr`.
 pub fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("nothing listening on {addr}");
+    wait_until_blocking(PATIENCE, &format!("a listener on {addr}"), || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+    });
 }
 
 pub struct Edge {
@@ -105,9 +152,25 @@ pub fn start_edge_on(port: u16, body: &str) -> Edge {
 
 /// `[[pools]]` + `[[routes]]` for one pool on `/mcp`.
 pub fn pool_and_route(members: &[SocketAddr], extra_route: &str) -> String {
+    pool_with_health(members, "", extra_route)
+}
+
+/// [`pool_and_route`] without active health checks: every connection the members see is a
+/// request's (what [`assert_rejected`] counts on).
+pub fn unchecked_pool_and_route(members: &[SocketAddr], extra_route: &str) -> String {
+    pool_with_health(members, "check = \"none\"\n", extra_route)
+}
+
+/// [`pool_and_route`] with a `[pools.health]` section.
+pub fn pool_with_health(members: &[SocketAddr], health: &str, extra_route: &str) -> String {
     let list: Vec<String> = members.iter().map(|m| format!("\"{m}\"")).collect();
+    let health = if health.is_empty() {
+        String::new()
+    } else {
+        format!("[pools.health]\n{health}\n")
+    };
     format!(
-        "[[pools]]\nname = \"main\"\nmembers = [{}]\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n{extra_route}\n",
+        "[[pools]]\nname = \"main\"\nmembers = [{}]\n{health}\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n{extra_route}\n",
         list.join(", ")
     )
 }
@@ -181,15 +244,31 @@ pub async fn metric(edge: &Edge, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Poll a metric until it reaches `at_least` (metrics are recorded in the logging phase,
-/// just after the response is written), returning the last value seen.
+/// Wait until a metric reaches `at_least` (metrics are recorded in the logging phase, just
+/// after the response is written); the value reached.
 pub async fn wait_metric(edge: &Edge, name_and_labels: &str, at_least: f64) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let v = metric(edge, name_and_labels).await;
-        if v >= at_least || Instant::now() > deadline {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut v = 0.0;
+    let reached = poll_until(PATIENCE, async || {
+        v = metric(edge, name_and_labels).await;
+        v >= at_least
+    })
+    .await;
+    assert!(
+        reached,
+        "waited {PATIENCE:?} for {name_and_labels} >= {at_least}; it is {v}"
+    );
+    v
+}
+
+/// Wait until every series prefix in `wanted` is in the scrape.
+pub async fn wait_series(edge: &Edge, wanted: &[&str]) {
+    let mut missing = Vec::new();
+    let mut text = String::new();
+    let all = poll_until(PATIENCE, async || {
+        text = scrape(edge).await;
+        missing = wanted.iter().filter(|s| !text.contains(**s)).collect();
+        missing.is_empty()
+    })
+    .await;
+    assert!(all, "waited {PATIENCE:?} for {missing:?} in:\n{text}");
 }

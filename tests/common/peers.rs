@@ -102,16 +102,9 @@ impl Peer {
             .any(|l| l.starts_with(prefix))
     }
 
-    /// Wait until a stderr line starts with `prefix`.
-    pub fn wait_stderr(&self, prefix: &str, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < deadline {
-            if self.stderr_has(prefix) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+    /// Wait until a stderr line starts with `prefix`; panic naming `what` after `within`.
+    pub fn wait_stderr(&self, prefix: &str, within: Duration, what: &str) {
+        super::wait_until_blocking(within, what, || self.stderr_has(prefix));
     }
 }
 
