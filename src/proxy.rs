@@ -78,8 +78,7 @@ impl ProxyHttp for Edge {
                     gap: t.upstream_read,
                     stream_idle: t.stream_idle,
                 };
-                let (handback, stored) =
-                    replay::install(session, admission.body, cutoff, silence);
+                let (handback, stored) = replay::install(session, admission.body, cutoff, silence);
                 ctx.handback = Some(handback);
                 ctx.body = stored;
                 Ok(false)

@@ -34,7 +34,6 @@ pub struct Timeouts {
     pub request_body: Duration,
 }
 
-
 #[derive(Debug)]
 pub struct Route {
     /// Public Streamable HTTP path (prefix included): the route's name in metrics and logs.

@@ -3,46 +3,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::edge_process::{spawn, temp_config};
 use common::mock::{Behavior, Mock, Pace};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::json;
-
-struct Proc {
-    child: Child,
-    port: u16,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proc {
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
 
 /// Seconds between SIGTERM and the end of the drain; long enough that "at the start of the
 /// drain" and "at its end" stay apart on a loaded machine.
@@ -56,34 +24,6 @@ fn config(path: &std::path::Path, port: u16, member: SocketAddr, extra: &str) {
         unchecked_pool_and_route(&[member], "")
     );
     std::fs::write(path, text).unwrap();
-}
-
-fn spawn(path: &std::path::Path, port: u16) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
-        .args(["--config", &path.display().to_string()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
-    Proc { child, port, log }
-}
-
-fn temp_config() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!(
-        "mcp-edge-proc-{}-{}.toml",
-        std::process::id(),
-        free_port()
-    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

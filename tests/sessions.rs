@@ -424,3 +424,73 @@ fn base64_key_id(token: &str) -> u8 {
 }
 
 use std::net::SocketAddr;
+
+/// The TS SDK v1 `SSEServerTransport` sends no keep-alives: its stream is silent between
+/// messages. Silence on an open event stream is not an error: the stream outlives
+/// `upstream_read_ms` many times over, and replies still arrive on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http_sse_stream_outlives_the_read_timeout() {
+    let server = ts_server("legacy-sse", "a");
+    let edge = start_edge(&format!(
+        "[timeouts]\nupstream_read_ms = 300\n\n{}",
+        pool_of(
+            &[&server],
+            "sse_path = \"/sse\"\nmessages_path = \"/messages\"\n"
+        )
+    ));
+    let resp = client()
+        .get(format!("http://127.0.0.1:{}/sse", edge.port))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("event: endpoint") || !seen.contains("\n\n") {
+        seen.push_str(&String::from_utf8_lossy(
+            &stream.next().await.unwrap().unwrap(),
+        ));
+    }
+    let path = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+    let post_url = format!("http://127.0.0.1:{}{path}", edge.port);
+    // Silence: nothing arrives for ten read timeouts, and the stream neither ends nor fails.
+    let silence = Duration::from_millis(3000);
+    match tokio::time::timeout(silence, stream.next()).await {
+        Err(_) => {}
+        Ok(got) => panic!("the idle stream did not stay open: {got:?}"),
+    }
+    for (id, method, params) in [
+        (0, "initialize", initialize()["params"].clone()),
+        (1, "tools/call", json!({"name":"whoami","arguments":{}})),
+    ] {
+        let resp = client()
+            .post(&post_url)
+            .header("content-type", "application/json")
+            .body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202, "{method}");
+        let reply = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let chunk = stream.next().await.unwrap().unwrap();
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+                let found = seen
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .find(|v| v["id"] == id);
+                if let Some(v) = found {
+                    return v;
+                }
+            }
+        })
+        .await
+        .expect("the reply never arrived on the stream");
+        assert!(reply.get("result").is_some(), "{method}: {reply}");
+        if method == "initialize" {
+            legacy_notify(&post_url).await;
+        }
+    }
+}

@@ -7,6 +7,8 @@
 //! is still unwritten, answered: the status, the JSON-RPC error body with the request's id,
 //! and the `x-mcp-edge-error` marker.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -17,10 +19,45 @@ use super::ctx::Ctx;
 use crate::error::{EdgeError, Rejection, ERROR_HEADER};
 use crate::metrics;
 
-/// Answer a request admission refused.
+/// Answer a request admission refused. A body the edge did not read is then drained, so
+/// that a client still sending it can read the answer (see [`drain_unread_body`]).
 pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) {
     record(ctx, &rejection.error);
     write(session, &rejection.error, rejection.id.as_ref()).await;
+    drain_unread_body(session, ctx).await;
+}
+
+/// The most of an unread body the edge reads and drops after an early answer (then closes).
+const DRAIN_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// The longest the edge keeps reading it.
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(5);
+
+/// After an early answer (413, 415, 403 …) the client may still be sending its body; closing
+/// at once resets the connection under it and many clients (Python's `http.client`, Node's
+/// `fetch`) then report the reset, not the answer. As nginx does, read and drop the rest for
+/// a bounded number of bytes and seconds, then close.
+async fn drain_unread_body(session: &mut Session, ctx: &Ctx) {
+    let waits_for_continue = session
+        .req_header()
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if session.downstream_session.is_body_done() || (waits_for_continue && !ctx.answered_continue) {
+        // Nothing more will come: all of it was read, or the client waits for a 100 first.
+        return;
+    }
+    let per_read = ctx.snapshot.timeouts.request_body.min(DRAIN_MAX_TIME);
+    session.downstream_session.set_read_timeout(Some(per_read));
+    let mut drained = 0usize;
+    let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+        while drained <= DRAIN_MAX_BYTES {
+            match session.downstream_session.read_request_body().await {
+                Ok(Some(chunk)) => drained += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
+    })
+    .await;
 }
 
 /// Answer a request that failed after admission; returns the status written (0: none, the
@@ -56,7 +93,12 @@ fn edge_error_in(e: &Error) -> Option<&EdgeError> {
         if let Some(edge) = cause.downcast_ref::<EdgeError>() {
             return Some(edge);
         }
-        cause = cause.downcast_ref::<Error>()?.cause.as_deref()?;
+        // A wrapped Pingora error is stored boxed once more (`more_context`, `because`).
+        let inner = match cause.downcast_ref::<Box<Error>>() {
+            Some(boxed) => boxed.as_ref(),
+            None => cause.downcast_ref::<Error>()?,
+        };
+        cause = inner.cause.as_deref()?;
     }
 }
 

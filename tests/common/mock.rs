@@ -51,6 +51,14 @@ pub enum Behavior {
     SlowFirstByte(Duration),
     /// Start an SSE response, send one event and half of the next, then close the connection.
     SseCutMidEvent,
+    /// Like `Json`, with `mcp-session-id: <id>` (a legacy session server).
+    JsonWithSession(String),
+    /// Read the whole request (it is counted: the server acted on it), then close the
+    /// connection without answering.
+    ActThenClose,
+    /// The n-th request the mock reads (over all connections) behaves as the n-th entry; the
+    /// last entry repeats.
+    Sequence(Vec<Behavior>),
 }
 
 /// One request as the mock saw it.
@@ -146,6 +154,17 @@ impl Mock {
         self.shared.seen.lock().unwrap().len()
     }
 
+    /// The heads of every request read in full, in order.
+    pub fn all_heads(&self) -> Vec<String> {
+        self.shared
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.head.clone())
+            .collect()
+    }
+
     pub fn last(&self) -> Option<Seen> {
         self.shared.seen.lock().unwrap().last().cloned()
     }
@@ -189,7 +208,22 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             .and_then(|v| v.get("id").cloned())
             .unwrap_or(serde_json::Value::Null);
         let stream = reader.get_mut();
-        match &shared.behavior {
+        let n = shared.seen.lock().unwrap().len() - 1;
+        let behavior = match &shared.behavior {
+            Behavior::Sequence(steps) => steps.get(n).or(steps.last()).unwrap_or(&Behavior::Json),
+            other => other,
+        };
+        match behavior {
+            Behavior::Sequence(_) => return Ok(()),
+            Behavior::JsonWithSession(session) => {
+                let body = serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"len":body.len(),"sha256":sha}}).to_string();
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: {session}\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(resp.as_bytes()).await?;
+            }
+            Behavior::ActThenClose => return Ok(()),
             Behavior::Json => {
                 let body = serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"len":body.len(),"sha256":sha}}).to_string();
                 let resp = format!(

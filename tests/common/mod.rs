@@ -6,6 +6,7 @@
 pub mod assert;
 pub mod balancer;
 pub mod dead;
+pub mod edge_process;
 pub mod http1;
 pub mod mock;
 pub mod peers;
