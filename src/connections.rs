@@ -1,30 +1,49 @@
-//! `limits.max_connections`: a listener closes new client connections at once while it
-//! holds that many (a slowloris client holds a connection until Pingora's per-read timeout).
+//! Client connections before Pingora sees them.
+//!
+//! - `limits.max_connections`: a listener closes new connections at once while it holds that
+//!   many.
+//! - The memory budget: every connection reserves what it costs ([`CONNECTION_COST`]); when
+//!   the budget is full the oldest stalled connections are closed for room, else the new one
+//!   is.
+//! - `timeouts.request_head_ms`: the first request head must be complete this long after
+//!   accept. Pingora 0.9.1 bounds each read of a head, not the whole head, so a client that
+//!   dribbles a byte at a time would hold the connection for ever. The edge reads the first
+//!   head itself, before it hands the connection to Pingora (the bytes are given back with
+//!   `Stream::rewind`, the hook Pingora keeps for protocol detection). Until then a
+//!   connection costs a few KiB instead of Pingora's session state.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
+use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
+use tokio::io::AsyncReadExt;
 
+use crate::budget::{Budget, Eviction, Holder, CONNECTION_COST};
+use crate::error::ErrorKind;
 use crate::metrics;
 use crate::runtime::Runtime;
 
-/// Wraps a listener's app and counts the connections it is serving.
+/// Wraps a listener's app: counts its connections, reserves their memory and reads each
+/// one's first request head within the deadline.
 pub struct ConnectionLimit<A> {
     inner: Arc<A>,
     runtime: Arc<ArcSwap<Runtime>>,
+    budget: Arc<Budget>,
     open: AtomicUsize,
 }
 
 impl<A> ConnectionLimit<A> {
-    pub fn new(inner: A, runtime: Arc<ArcSwap<Runtime>>) -> Self {
+    pub fn new(inner: A, runtime: Arc<ArcSwap<Runtime>>, budget: Arc<Budget>) -> Self {
         ConnectionLimit {
             inner: Arc::new(inner),
             runtime,
+            budget,
             open: AtomicUsize::new(0),
         }
     }
@@ -45,18 +64,85 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
         session: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let max = self.runtime.load().limits.max_connections;
+        let snapshot = self.runtime.load_full();
+        self.budget.set_limit(snapshot.limits.memory_budget);
         let before = self.open.fetch_add(1, Ordering::AcqRel);
         let _open = Open(&self.open);
-        if before >= max {
-            metrics::get().edge_error(crate::error::ErrorKind::Overloaded);
+        if before >= snapshot.limits.max_connections {
+            metrics::get().edge_error(ErrorKind::Overloaded);
             // Dropping the stream closes the connection.
             return None;
         }
+        let _room = self
+            .budget
+            .reserve(Holder::Connection, CONNECTION_COST)
+            .await?;
+        let t = &snapshot;
+        let session = first_head(session, &self.budget, t.timeouts.request_head, t.limits.max_header_bytes).await?;
         self.inner.process_new(session, shutdown).await
     }
 
     async fn cleanup(&self) {
         self.inner.cleanup().await
+    }
+}
+
+/// Read until the first request head is complete (or `max_bytes` arrived), then give the
+/// bytes back to the stream for Pingora. `None`: the connection is to be closed (the client
+/// left, the deadline passed, or the budget needed the room).
+async fn first_head(
+    session: Stream,
+    budget: &Arc<Budget>,
+    deadline: Duration,
+    max_bytes: usize,
+) -> Option<Stream> {
+    if !session.as_any().is::<TcpStream>() {
+        // Not a plain TCP stream (TLS, say): Pingora's own reads apply.
+        return Some(session);
+    }
+    let mut stream = session.into_any().downcast::<TcpStream>().ok()?;
+    let watch = budget.watch(Eviction::StalledHead);
+    let deadline = tokio::time::Instant::now() + deadline;
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 2048];
+    while head.len() <= max_bytes {
+        let n = tokio::select! {
+            r = stream.read(&mut chunk) => r.ok().filter(|n| *n > 0)?,
+            _ = tokio::time::sleep_until(deadline) => {
+                metrics::get().head_timeouts.inc();
+                return None;
+            }
+            _ = watch.candidate().evicted() => return None,
+        };
+        watch.candidate().progressed();
+        // Only the new bytes (and the three before them) can complete the head.
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if head_complete(&head, from) {
+            break;
+        }
+    }
+    stream.rewind(&head);
+    Some(stream)
+}
+
+/// The bytes from `from` on end a request head (or an HTTP/2 preface, which ends the same way).
+fn head_complete(bytes: &[u8], from: usize) -> bool {
+    bytes
+        .get(from..)
+        .is_some_and(|b| b.windows(4).any(|w| w == b"\r\n\r\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_complete;
+
+    #[test]
+    fn heads_end_at_the_blank_line() {
+        assert!(head_complete(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n", 0));
+        assert!(head_complete(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 0));
+        assert!(!head_complete(b"POST /mcp HTTP/1.1\r\nHost: x\r\n", 0));
+        assert!(!head_complete(b"", 0));
+        assert!(head_complete(b"x\r\n\r\n", 1), "the end may straddle reads");
     }
 }

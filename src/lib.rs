@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod budget;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -69,9 +70,10 @@ pub fn build_server(config: Config, options: Options) -> Built {
     for pool in config.runtime.pools.values() {
         pool.publish();
     }
+    let budget = budget::Budget::new(config.runtime.limits.memory_budget);
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
     let (drain, drained) = shutdown::drain_switch();
-    add_listeners(&mut server, &startup, &runtime, drained);
+    add_listeners(&mut server, &startup, &runtime, drained, budget);
     if let Some(addr) = startup.metrics {
         let admin = admin::Admin {
             runtime: runtime.clone(),
@@ -104,8 +106,9 @@ fn add_listeners(
     startup: &Startup,
     runtime: &Arc<ArcSwap<Runtime>>,
     drained: watch::Receiver<bool>,
+    budget: Arc<budget::Budget>,
 ) {
-    let load = proxy::Load::default();
+    let load = proxy::Load::new(budget.clone());
     for (i, listener) in startup.listeners.iter().enumerate() {
         let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone());
         let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);
@@ -114,7 +117,7 @@ fn add_listeners(
             options.h2c = true;
             proxy.server_options = Some(options);
         }
-        let app = connections::ConnectionLimit::new(proxy, runtime.clone());
+        let app = connections::ConnectionLimit::new(proxy, runtime.clone(), budget.clone());
         let mut service =
             Service::new(format!("mcp-edge listener {i} ({})", listener.address), app);
         service.add_tcp(&listener.address.to_string());

@@ -13,7 +13,8 @@ use strum::{EnumIter, IntoEnumIterator, IntoStaticStr};
 use crate::error::ErrorKind;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -44,6 +45,15 @@ pub struct Metrics {
     pub dns_resolutions: IntCounterVec,
     /// Connections to a member that failed (refused, timed out), by pool and member.
     pub connect_failures: IntCounterVec,
+    /// The memory budget in force, and what is reserved of it.
+    pub budget_limit: IntGauge,
+    pub budget_used: IntGauge,
+    /// Work refused because the budget was full, by holder.
+    pub budget_refusals: IntCounterVec,
+    /// Stalled holders closed to make room, by reason.
+    pub evictions: IntCounterVec,
+    /// Connections closed because their first request head was not complete in time.
+    pub head_timeouts: IntCounter,
     /// Configuration reloads by result (`success`, `failure`).
     pub config_reloads: IntCounterVec,
     pub build_info: IntGaugeVec,
@@ -91,6 +101,25 @@ pub enum EraLabel {
     Unknown,
 }
 
+/// What holds a part of the memory budget (the `what` label of its refusals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Holder {
+    Connection,
+    Body,
+    Stream,
+}
+
+/// Why a holder was closed to make room in the budget (the `reason` label of evictions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Eviction {
+    /// A connection that had not completed its first request head.
+    StalledHead,
+    /// An upload that stopped making progress.
+    StalledUpload,
+}
+
 /// Label value of any of the label enums above.
 fn label<L: Into<&'static str>>(l: L) -> &'static str {
     l.into()
@@ -126,6 +155,12 @@ impl Registrar {
         labels: &[&str],
     ) -> Result<IntGaugeVec, prometheus::Error> {
         self.register(IntGaugeVec::new(Opts::new(name, help), labels)?)
+    }
+    fn plain_gauge(&self, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+        self.register(IntGauge::new(name, help)?)
+    }
+    fn plain_counter(&self, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
+        self.register(IntCounter::new(name, help)?)
     }
     fn seconds(
         &self,
@@ -212,6 +247,28 @@ fn build() -> Result<Metrics, prometheus::Error> {
             &["result"],
         )?,
         build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
+        budget_limit: r.plain_gauge(
+            "mcp_edge_memory_budget_bytes",
+            "The memory budget for what clients can make the edge hold",
+        )?,
+        budget_used: r.plain_gauge(
+            "mcp_edge_memory_budget_used_bytes",
+            "Bytes of the memory budget reserved by connections, bodies and streams",
+        )?,
+        budget_refusals: r.counter(
+            "mcp_edge_memory_budget_refusals_total",
+            "Work refused because the memory budget was full, by holder",
+            &["what"],
+        )?,
+        evictions: r.counter(
+            "mcp_edge_memory_evictions_total",
+            "Stalled connections and uploads closed to make room in the memory budget",
+            &["reason"],
+        )?,
+        head_timeouts: r.plain_counter(
+            "mcp_edge_request_head_timeouts_total",
+            "Connections closed because their first request head did not arrive in time",
+        )?,
         published: Mutex::new(HashMap::new()),
         registry: r.0,
     };
@@ -239,6 +296,12 @@ fn preregister(m: &Metrics) {
         m.config_reloads
             .with_label_values(&[label(result)])
             .inc_by(0);
+    }
+    for what in Holder::iter() {
+        m.budget_refusals.with_label_values(&[label(what)]).inc_by(0);
+    }
+    for reason in Eviction::iter() {
+        m.evictions.with_label_values(&[label(reason)]).inc_by(0);
     }
     for era in [EraLabel::Modern, EraLabel::Legacy] {
         m.active_sse.with_label_values(&[label(era)]).set(0);
@@ -272,6 +335,18 @@ impl Metrics {
         self.config_reloads
             .with_label_values(&[label(result)])
             .inc();
+    }
+    pub fn budget_limit(&self, bytes: usize) {
+        self.budget_limit.set(bytes as i64);
+    }
+    pub fn budget_used(&self, bytes: usize) {
+        self.budget_used.set(bytes as i64);
+    }
+    pub fn budget_refusal(&self, what: Holder) {
+        self.budget_refusals.with_label_values(&[label(what)]).inc();
+    }
+    pub fn eviction(&self, reason: Eviction) {
+        self.evictions.with_label_values(&[label(reason)]).inc();
     }
     /// An SSE response started (`+1`) or ended (`-1`).
     pub fn sse_streams(&self, era: EraLabel, delta: i64) {

@@ -21,6 +21,10 @@ pub struct Limits {
     pub max_streams: usize,
     /// Open client connections per listener; more are closed at once.
     pub max_connections: usize,
+    /// Bytes clients may make the edge hold (connections, bodies, streams): see `budget.rs`.
+    pub memory_budget: usize,
+    /// Bytes per second an upload must average once `request_body` has passed.
+    pub min_upload_rate: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +36,8 @@ pub struct Timeouts {
     pub stream_idle: Duration,
     pub idle: Duration,
     pub request_body: Duration,
+    /// From accept to the end of the first request head.
+    pub request_head: Duration,
 }
 
 #[derive(Debug)]

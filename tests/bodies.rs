@@ -129,16 +129,40 @@ async fn a_body_one_byte_over_the_limit_is_413_in_every_framing() {
 async fn a_refusing_member_is_skipped_with_the_body_intact() {
     let mock = Mock::start(Behavior::Json).await;
     let (dead_1, dead_2) = (refusing(), refusing());
-    let edge = start_edge(&pool_and_route(&[dead_1.addr, mock.addr, dead_2.addr], ""));
+    // No active checks: only requests find out that a member refuses, so they surely try
+    // each dead one (then it is ejected for longer than the test runs).
+    let edge = start_edge(&pool_with_health(
+        &[dead_1.addr, mock.addr, dead_2.addr],
+        "check = \"none\"\neject_ms = 600000",
+        "",
+    ));
+    let refusals = |dead: &Refusing| {
+        format!(
+            "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"{}\"}}",
+            dead.addr, edge.pool
+        )
+    };
+    let before = [
+        metric(&edge, &refusals(&dead_1)).await,
+        metric(&edge, &refusals(&dead_2)).await,
+    ];
     let c = client();
+    let mut sent = Vec::new();
     for i in 0..9 {
         let bytes = body_of_size(200 * 1024 + i);
         let want = sha256_hex(&bytes);
         let answer = send(&c, &edge.url(), bytes, Framing::Streamed).await;
         assert_eq!(answer.status, Some(200), "request {i}: {}", answer.text);
         assert_eq!(answer.json["result"]["sha256"], want);
+        sent.push(want);
     }
-    assert_eq!(mock.requests(), 9);
+    // Each dead member was tried (and refused) once, so some bodies went to the live member
+    // on a second try; every body arrived there whole, exactly once.
+    for (dead, before) in [&dead_1, &dead_2].into_iter().zip(before) {
+        wait_delta(&edge, &refusals(dead), before, 1.0).await;
+    }
+    let arrived: Vec<String> = mock.seen().into_iter().map(|s| s.body_sha256).collect();
+    assert_eq!(arrived, sent, "each body once, intact, in order");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

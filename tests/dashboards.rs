@@ -85,14 +85,19 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     wait_metric(
         &edge,
         &format!(
-            "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"main\"}}",
-            dead.addr
+            "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"{}\"}}",
+            dead.addr, edge.pool
         ),
         1.0,
     )
     .await;
     let body = modern_body(json!(9), "subscriptions/listen", json!({}));
-    wait_metric(&edge, "mcp_edge_pool_members{pool=\"dns\"}", 1.0).await;
+    wait_metric(
+        &edge,
+        &format!("mcp_edge_pool_members{{pool=\"{}\"}}", edge.pools.name("dns")),
+        1.0,
+    )
+    .await;
     let r = modern_request(&c, &format!("http://127.0.0.1:{}/sse", edge.port), &body)
         .send()
         .await

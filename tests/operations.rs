@@ -46,9 +46,10 @@ async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
         &[ok.addr, dead_addr],
         "check = \"tcp\"\ninterval_ms = 100\nunhealthy_after = 1\neject_ms = 1",
     ));
-    let gauge = format!("mcp_edge_member_healthy{{member=\"{dead_addr}\",pool=\"main\"}}");
+    let pool = &edge.pool;
+    let gauge = format!("mcp_edge_member_healthy{{member=\"{dead_addr}\",pool=\"{pool}\"}}");
     let failures =
-        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"main\"}}");
+        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"{pool}\"}}");
     // Marked unhealthy by the checker (the gauge reads 0 and the member gets no traffic).
     wait_until(PATIENCE, "the dead member marked unhealthy", async || {
         scrape(&edge).await.contains(&format!("{gauge} 0"))
@@ -117,8 +118,8 @@ async fn a_refused_connection_ejects_the_member_passively() {
         "check = \"none\"\neject_ms = 60000",
     ));
     let failures = format!(
-        "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"main\"}}",
-        dead.addr
+        "mcp_edge_upstream_connect_failures_total{{member=\"{}\",pool=\"{}\"}}",
+        dead.addr, edge.pool
     );
     for _ in 0..20 {
         assert_eq!(list(&edge).await.status(), 200);
@@ -141,8 +142,8 @@ async fn the_mcp_probe_tells_an_mcp_server_from_an_open_port() {
     ));
     let healthy = |m: &Mock| {
         format!(
-            "mcp_edge_member_healthy{{member=\"{}\",pool=\"main\"}}",
-            m.addr
+            "mcp_edge_member_healthy{{member=\"{}\",pool=\"{}\"}}",
+            m.addr, edge.pool
         )
     };
     wait_until(
@@ -170,14 +171,19 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
     let edge = start_edge(&format!(
         "[[pools]]\nname = \"main\"\ndns = \"localhost:{port}\"\ndns_interval_ms = 200\n[pools.health]\ncheck = \"none\"\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n"
     ));
-    wait_metric(&edge, "mcp_edge_pool_members{pool=\"main\"}", 1.0).await;
+    wait_metric(
+        &edge,
+        &format!("mcp_edge_pool_members{{pool=\"{}\"}}", edge.pool),
+        1.0,
+    )
+    .await;
     for _ in 0..5 {
         assert_eq!(list(&edge).await.status(), 200);
     }
     // A session on the discovered member, then the member leaves the pool.
     let ring = mcp_edge::session::KeyRing::parse(&format!("1:{KEY_A}")).unwrap();
     let claims = mcp_edge::session::Claims {
-        pool: "main".into(),
+        pool: edge.pool.clone(),
         member: mock.addr.to_string(),
         upstream_id: "s".into(),
         issued_at: mcp_edge::session::affinity::now_secs(),
@@ -192,7 +198,7 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
             .body(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}).to_string())
     };
     assert_eq!(legacy().send().await.unwrap().status(), 200);
-    let pool = edge.handle.runtime.load().pools["main"].clone();
+    let pool = edge.handle.runtime.load().pools[&edge.pool].clone();
     let elsewhere = refusing();
     assert!(pool.set_members(&[elsewhere.addr]), "simulated departure");
     assert_rejected(
@@ -209,11 +215,12 @@ fn write_config(
     port: u16,
     metrics_port: u16,
     keys: &str,
+    pools: &Pools,
     member: SocketAddr,
 ) {
     let text = format!(
         "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n[sessions]\nkeys_file = \"{keys}\"\n\n{}",
-        pool_and_route(&[member], "")
+        pools.apply(&pool_and_route(&[member], ""))
     );
     // Write-then-rename: a reader never sees half a file.
     let tmp = path.with_extension("tmp");
@@ -230,7 +237,8 @@ async fn reload_under_load_loses_no_request() {
     let keys = key_file(&format!("1:{KEY_A}"));
     let path = std::env::temp_dir().join(format!("mcp-edge-reload-{}.toml", free_port()));
     let (port, metrics_port) = (free_port(), free_port());
-    write_config(&path, port, metrics_port, &keys, a.addr);
+    let pools = Pools::fresh();
+    write_config(&path, port, metrics_port, &keys, &pools, a.addr);
     let handle = EdgeHandle::start_with(
         Config::load(&path).unwrap(),
         Options {
@@ -244,6 +252,8 @@ async fn reload_under_load_loses_no_request() {
         handle,
         port,
         metrics_port,
+        pool: pools.name("main"),
+        pools: pools.clone(),
     };
     let reloader = edge.handle.reloader.clone().unwrap();
     let ok_before = metric(&edge, "mcp_edge_config_reloads_total{result=\"success\"}").await;
@@ -276,6 +286,7 @@ async fn reload_under_load_loses_no_request() {
             port,
             metrics_port,
             &keys,
+            &pools,
             if i % 2 == 0 { b.addr } else { a.addr },
         );
         reloader.reload().unwrap();

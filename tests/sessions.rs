@@ -19,13 +19,12 @@ fn pool_of(peers: &[&Peer], extra: &str) -> String {
     pool_and_route(&members, extra)
 }
 
-/// Two edges sharing one key ring, in front of the same pool.
+/// Two replicas: one key ring, one configuration, in front of the same pool.
 fn two_edges(body: &str) -> (Edge, Edge) {
-    let ring = sessions_section(&format!("1:{KEY_A}"));
-    (
-        start_edge(&format!("{ring}{body}")),
-        start_edge(&format!("{ring}{body}")),
-    )
+    let body = format!("{}{body}", sessions_section(&format!("1:{KEY_A}")));
+    let a = start_edge(&body);
+    let b = start_replica(&a, &body);
+    (a, b)
 }
 
 /// POST a legacy JSON-RPC message; returns status, the session header and the JSON-RPC
@@ -58,6 +57,17 @@ async fn legacy_post(
         .find(|v| v.get("id").is_some())
         .unwrap_or(Value::Null);
     (status, sid, msg)
+}
+
+/// `token` is one of `edge`'s sealed tokens (the upstream's raw identifier never reaches the
+/// client): it opens with the test key ring and names the edge's pool.
+fn assert_sealed(edge: &Edge, token: &str) {
+    let ring = mcp_edge::session::KeyRing::parse(&format!("1:{KEY_A}")).unwrap();
+    let now = mcp_edge::session::affinity::now_secs();
+    let claims = mcp_edge::session::token::open(&ring, token, now, 3600)
+        .unwrap_or_else(|e| panic!("not a token the edge sealed ({e:?}): {token}"));
+    assert_eq!(claims.pool, edge.pool, "{token}");
+    assert_ne!(claims.upstream_id, token);
 }
 
 fn initialize() -> Value {
@@ -99,10 +109,7 @@ async fn a_session_created_through_edge_a_continues_through_edge_b() {
         let (edge_a, edge_b) = two_edges(&pool_of(&[&a, &b], ""));
         for _ in 0..2 {
             let token = open_session(&edge_a.url()).await;
-            assert!(
-                !token.contains('-') || token.len() > 40,
-                "the raw upstream id must not reach the client: {token}"
-            );
+            assert_sealed(&edge_a, &token);
             let (_, owner) = whoami(&edge_a.url(), &token).await;
             assert!(owner == "a" || owner == "b", "{mode}: {owner}");
             for i in 0..4 {
@@ -147,13 +154,20 @@ async fn python_stateful_sessions_stick_across_replicas() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let (status, _, _) = legacy_post(
-        &edge_a.url(),
-        Some(&token),
-        json!({"jsonrpc":"2.0","id":9,"method":"tools/list"}),
-    )
-    .await;
-    assert_eq!(status, 404);
+    let gone = client()
+        .post(edge_a.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &token)
+        .header("mcp-protocol-version", LEGACY)
+        .body(json!({"jsonrpc":"2.0","id":9,"method":"tools/list"}).to_string());
+    let answer = exchange(gone).await;
+    assert_eq!(answer.status, Some(404), "{}", answer.text);
+    assert!(
+        answer.kinds.is_empty(),
+        "the upstream's 404, not one the edge made: {}",
+        answer.text
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,6 +259,17 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
             .unwrap()
             .to_string();
         assert!(data.starts_with("/team/messages"), "prefix added: {data}");
+        // TypeScript names the parameter `sessionId`, Python `session_id`.
+        let token = data
+            .split_once('?')
+            .and_then(|(_, query)| {
+                query.split('&').find_map(|kv| {
+                    kv.strip_prefix("sessionId=")
+                        .or_else(|| kv.strip_prefix("session_id="))
+                })
+            })
+            .unwrap_or_else(|| panic!("no session parameter: {data}"));
+        assert_sealed(&edge_a, token);
         let post_url = format!("http://127.0.0.1:{}{}", edge_b.port, data);
         for (id, method, params) in [
             (0, "initialize", initialize()["params"].clone()),
@@ -259,7 +284,7 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
                 .unwrap();
             assert_eq!(resp.status(), 202, "python={python} {method}");
             // The reply arrives on the stream held through edge A.
-            let reply = tokio::time::timeout(Duration::from_secs(10), async {
+            let reply = tokio::time::timeout(PATIENCE, async {
                 loop {
                     let chunk = stream.next().await.unwrap().unwrap();
                     seen.push_str(&String::from_utf8_lossy(&chunk));
@@ -360,13 +385,19 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
 
     // Sessions opened under key 1.
     let mut edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("1:{KEY_A}"))));
+    // The same configuration after each restart: the same pool names.
+    let pools = edge.pools.clone();
     let old = open_session(&edge.url()).await;
     let (_, owner) = whoami(&edge.url(), &old).await;
 
     // (c) restart: same key ring, same session, no new initialize.
     edge.handle.stop();
     drop(edge);
-    let mut edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("1:{KEY_A}"))));
+    let mut edge = start_edge_with(
+        port,
+        &format!("{}{pool}", ring(&format!("1:{KEY_A}"))),
+        pools.clone(),
+    );
     assert_eq!(
         whoami(&edge.url(), &old).await,
         (200, owner.clone()),
@@ -376,9 +407,10 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     // (d) a new sealing key is added: old tokens still open, new ones use key 2.
     edge.handle.stop();
     drop(edge);
-    let mut edge = start_edge_on(
+    let mut edge = start_edge_with(
         port,
         &format!("{}{pool}", ring(&format!("2:{KEY_B}\n1:{KEY_A}"))),
+        pools.clone(),
     );
     assert_eq!(
         whoami(&edge.url(), &old).await,
@@ -392,7 +424,7 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     // The old key is removed: old tokens get 404, the client re-initialises and carries on.
     edge.handle.stop();
     drop(edge);
-    let edge = start_edge_on(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}"))));
+    let edge = start_edge_with(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}"))), pools);
     let stale = client()
         .post(edge.url())
         .header("content-type", "application/json")

@@ -82,19 +82,30 @@ async fn closing_the_stream_closes_the_upstream_request_promptly() {
         .await
         .unwrap();
         let mut stream = resp.bytes_stream();
-        stream.next().await.unwrap().unwrap();
+        tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("the first event")
+            .unwrap()
+            .unwrap();
         let closed_at = Instant::now();
         drop(stream);
         drop(c);
         let seen = mock
-            .wait_for(Event::Disconnected, Duration::from_secs(10))
+            .wait_for(Event::Disconnected, PATIENCE)
             .await
             .expect("upstream never saw the disconnect");
-        let lag = seen.saturating_duration_since(closed_at);
+        // Caused by the close: a disconnect before it (the edge dropping the upstream early)
+        // is a different bug, not a fast one.
+        assert!(
+            seen >= closed_at,
+            "the upstream was disconnected {:?} before the client closed",
+            closed_at - seen
+        );
+        let lag = seen - closed_at;
         // Promptly: not at the end of the upstream's 300 s hold or the 60 s read timeout (the
         // bound leaves room for a loaded machine).
         assert!(
-            lag < Duration::from_secs(2),
+            lag < Duration::from_secs(5),
             "upstream saw the close after {lag:?}"
         );
     }

@@ -37,6 +37,11 @@ pub mod defaults {
     pub const MAX_STREAMS: NonZeroUsize = size(4_000);
     /// Below the usual 65,536 descriptors, leaving room for upstream connections.
     pub const MAX_CONNECTIONS: NonZeroUsize = size(20_000);
+    /// The memory budget without a container limit to derive it from (with one: half of it).
+    pub const MEMORY_BUDGET_BYTES: NonZeroUsize = size(256 * 1024 * 1024);
+    /// Slower uploads are cut (408) once the grace period has passed.
+    pub const MIN_UPLOAD_BYTES_PER_SECOND: NonZeroUsize = size(16 * 1024);
+    pub const REQUEST_HEAD_MS: NonZeroU64 = long(10_000);
     pub const CONNECT_MS: NonZeroU64 = long(2_000);
     pub const UPSTREAM_READ_MS: NonZeroU64 = long(60_000);
     /// An idle event stream (a legacy session's GET stream) stays open a day.
@@ -135,6 +140,9 @@ pub struct LimitsSection {
     pub max_concurrent_requests: NonZeroUsize,
     pub max_streams: NonZeroUsize,
     pub max_connections: NonZeroUsize,
+    /// Default: half the container's memory limit (cgroup), else 256 MiB.
+    pub memory_budget_bytes: Option<NonZeroUsize>,
+    pub min_upload_bytes_per_second: NonZeroUsize,
 }
 
 impl Default for LimitsSection {
@@ -145,6 +153,8 @@ impl Default for LimitsSection {
             max_concurrent_requests: defaults::MAX_CONCURRENT_REQUESTS,
             max_streams: defaults::MAX_STREAMS,
             max_connections: defaults::MAX_CONNECTIONS,
+            memory_budget_bytes: None,
+            min_upload_bytes_per_second: defaults::MIN_UPLOAD_BYTES_PER_SECOND,
         }
     }
 }
@@ -157,6 +167,7 @@ pub struct TimeoutsSection {
     pub stream_idle_ms: NonZeroU64,
     pub idle_ms: NonZeroU64,
     pub request_body_ms: NonZeroU64,
+    pub request_head_ms: NonZeroU64,
 }
 
 impl Default for TimeoutsSection {
@@ -167,6 +178,7 @@ impl Default for TimeoutsSection {
             stream_idle_ms: defaults::STREAM_IDLE_MS,
             idle_ms: defaults::IDLE_MS,
             request_body_ms: defaults::REQUEST_BODY_MS,
+            request_head_ms: defaults::REQUEST_HEAD_MS,
         }
     }
 }

@@ -118,6 +118,14 @@ fn limits(l: &file::LimitsSection) -> Limits {
         max_concurrent_requests: l.max_concurrent_requests.get(),
         max_streams: l.max_streams.get(),
         max_connections: l.max_connections.get(),
+        memory_budget: l.memory_budget_bytes.map_or_else(
+            || {
+                crate::budget::container_limit()
+                    .map_or(defaults::MEMORY_BUDGET_BYTES.get(), crate::budget::from_container_limit)
+            },
+            |b| b.get(),
+        ),
+        min_upload_rate: l.min_upload_bytes_per_second.get(),
     }
 }
 
@@ -128,6 +136,7 @@ fn timeouts(t: &file::TimeoutsSection) -> Timeouts {
         stream_idle: Duration::from_millis(t.stream_idle_ms.get()),
         idle: Duration::from_millis(t.idle_ms.get()),
         request_body: Duration::from_millis(t.request_body_ms.get()),
+        request_head: Duration::from_millis(t.request_head_ms.get()),
     }
 }
 

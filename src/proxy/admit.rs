@@ -5,7 +5,8 @@
 //! and the request never reaches an upstream. A new check is one function here (or a module
 //! of its own) and one line in [`admit`].
 
-use bytes::Bytes;
+use std::sync::Arc;
+
 use http::Method;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
@@ -13,14 +14,15 @@ use pingora::proxy::Session;
 use super::ctx::{Admitted, Ctx};
 use super::limits::{self, Load};
 use super::{body, legacy};
+use crate::budget::Budget;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{self, Era};
 use crate::runtime::{Endpoint, EndpointKind, Route, Runtime};
 
-/// What admission lets through: the request's state and its body (empty without one).
+/// What admission lets through: the request's state and its body (if it has one).
 pub struct Admission {
     pub admitted: Admitted,
-    pub body: Bytes,
+    pub body: Option<body::Body>,
 }
 
 pub async fn admit(
@@ -39,9 +41,9 @@ pub async fn admit(
         .origins
         .check(&session.req_header().headers)?;
     check_host(session.req_header(), &endpoint.route)?;
-    let request = request(session, ctx, &endpoint).await?;
+    let request = request(session, ctx, &endpoint, &load.budget).await?;
     if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
-        let slot = load.stream(&snapshot.limits);
+        let slot = load.stream(&snapshot.limits).await;
         ctx.slots
             .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
     }
@@ -125,7 +127,7 @@ fn check_host(req: &RequestHeader, route: &Route) -> Result<(), EdgeError> {
 struct Request {
     era: Option<Era>,
     id: Option<serde_json::Value>,
-    body: Bytes,
+    body: Option<body::Body>,
 }
 
 impl Request {
@@ -133,7 +135,7 @@ impl Request {
         Request {
             era,
             id: None,
-            body: Bytes::new(),
+            body: None,
         }
     }
 }
@@ -145,6 +147,7 @@ async fn request(
     session: &mut Session,
     ctx: &mut Ctx,
     endpoint: &Endpoint,
+    budget: &Arc<Budget>,
 ) -> Result<Request, Rejection> {
     let method = session.req_header().method.clone();
     let not_allowed = || EdgeError::MethodNotAllowed {
@@ -153,12 +156,9 @@ async fn request(
     };
     match (endpoint.kind, &method) {
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
-            let bytes = body::read(session, ctx).await?;
-            let mut verdict = rules::check_post(
-                &session.req_header().headers,
-                &bytes,
-                &endpoint.route.versions,
-            )?;
+            let body = body::read(session, ctx, budget).await?;
+            let headers = &session.req_header().headers;
+            let mut verdict = rules::check_post(headers, &body.bytes, &endpoint.route.versions)?;
             if endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy {
                 let detail = "the HTTP+SSE messages endpoint serves legacy revisions only";
                 return Err(Rejection::with_id(
@@ -172,7 +172,7 @@ async fn request(
             Ok(Request {
                 era: Some(verdict.era),
                 id: verdict.id,
-                body: bytes,
+                body: Some(body),
             })
         }
         (EndpointKind::Streamable, &Method::GET | &Method::DELETE)
@@ -181,11 +181,11 @@ async fn request(
                 return Err(not_allowed().into());
             }
             ctx.labels.era = Era::Legacy.label();
-            body::discard(session, ctx).await?;
+            body::discard(session, ctx, budget).await?;
             Ok(Request::bodiless(Some(Era::Legacy)))
         }
         (_, &Method::OPTIONS) => {
-            body::discard(session, ctx).await?;
+            body::discard(session, ctx, budget).await?;
             Ok(Request::bodiless(None))
         }
         _ => Err(not_allowed().into()),

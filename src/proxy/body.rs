@@ -1,6 +1,11 @@
 //! Reading a POST body whole, before the upstream is chosen: `Content-Type` must be JSON,
 //! `Expect: 100-continue` is answered here, and at most `limits.max_body_bytes` are read,
-//! with `timeouts.request_body_ms` as the longest gap between reads.
+//! with `timeouts.request_body_ms` as the longest gap between reads and, past that long,
+//! `limits.min_upload_bytes_per_second` as the slowest average. Every byte held is reserved
+//! in the memory budget; an upload that stalls may be closed to make room for others.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use pingora::http::RequestHeader;
@@ -8,9 +13,25 @@ use pingora::proxy::Session;
 use pingora::ErrorType;
 
 use super::ctx::Ctx;
+use crate::budget::{Budget, Eviction, Holder, Reservation};
 use crate::error::EdgeError;
+use crate::runtime::Runtime;
 
-pub async fn read(session: &mut Session, ctx: &mut Ctx) -> Result<Bytes, EdgeError> {
+/// A body read whole, and the memory it holds in the budget.
+pub struct Body {
+    pub bytes: Bytes,
+    pub room: Reservation,
+}
+
+const BUDGET_FULL: EdgeError = EdgeError::Overloaded {
+    limit: "memory budget",
+};
+
+pub async fn read(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    budget: &Arc<Budget>,
+) -> Result<Body, EdgeError> {
     check_content_type(session.req_header())?;
     if expects_continue(session.req_header()) {
         ctx.answered_continue = true;
@@ -26,13 +47,17 @@ pub async fn read(session: &mut Session, ctx: &mut Ctx) -> Result<Bytes, EdgeErr
     session
         .downstream_session
         .set_read_timeout(Some(timeouts.request_body));
-    read_all(session, ctx.snapshot.limits.max_body_bytes).await
+    read_all(session, &ctx.snapshot, budget).await
 }
 
 /// A GET, DELETE or OPTIONS that came with a body: read it (within the same limits) and
 /// drop it. It is never forwarded (`upstream_request_filter` drops its framing headers), and
 /// reading it keeps the client connection in step for its next request.
-pub async fn discard(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeError> {
+pub async fn discard(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    budget: &Arc<Budget>,
+) -> Result<(), EdgeError> {
     if session.downstream_session.is_body_empty() {
         return Ok(());
     }
@@ -40,12 +65,17 @@ pub async fn discard(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeErr
     session
         .downstream_session
         .set_read_timeout(Some(timeouts.request_body));
-    read_all(session, ctx.snapshot.limits.max_body_bytes).await?;
+    read_all(session, &ctx.snapshot, budget).await?;
     Ok(())
 }
 
-/// Read the whole request body, refusing more than `limit` bytes.
-async fn read_all(session: &mut Session, limit: usize) -> Result<Bytes, EdgeError> {
+/// Read the whole request body, refusing more than `limits.max_body_bytes`.
+async fn read_all(
+    session: &mut Session,
+    snapshot: &Runtime,
+    budget: &Arc<Budget>,
+) -> Result<Body, EdgeError> {
+    let limit = snapshot.limits.max_body_bytes;
     let declared = session
         .req_header()
         .headers
@@ -55,16 +85,44 @@ async fn read_all(session: &mut Session, limit: usize) -> Result<Bytes, EdgeErro
     if declared.is_some_and(|n| n > limit) {
         return Err(EdgeError::BodyTooLarge { limit });
     }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    let mut room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
+    let watch = budget.watch(Eviction::StalledUpload);
+    let pace = Pace::new(snapshot);
+    let mut buf = BytesMut::new();
+    let mut reserved = 0usize;
     loop {
-        match session.downstream_session.read_request_body().await {
+        let read = tokio::select! {
+            r = session.downstream_session.read_request_body() => r,
+            _ = watch.candidate().evicted() => return Err(BUDGET_FULL),
+        };
+        match read {
             Ok(Some(chunk)) => {
                 if buf.len() + chunk.len() > limit {
                     return Err(EdgeError::BodyTooLarge { limit });
                 }
+                // What the buffer will hold: the declared length at once (within the
+                // limit), else what has arrived.
+                let wanted = match declared {
+                    Some(n) if buf.is_empty() => n.max(chunk.len()),
+                    _ => buf.len() + chunk.len(),
+                };
+                if wanted > reserved {
+                    if !room.grow(wanted - reserved).await {
+                        return Err(BUDGET_FULL);
+                    }
+                    reserved = wanted;
+                }
+                watch.candidate().progressed();
+                buf.reserve(wanted - buf.len());
                 buf.extend_from_slice(&chunk);
+                pace.check(buf.len())?;
             }
-            Ok(None) => return Ok(buf.freeze()),
+            Ok(None) => {
+                return Ok(Body {
+                    bytes: buf.freeze(),
+                    room,
+                })
+            }
             Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(EdgeError::BodyTimeout),
             Err(e) => {
                 return Err(EdgeError::ClientError {
@@ -72,6 +130,33 @@ async fn read_all(session: &mut Session, limit: usize) -> Result<Bytes, EdgeErro
                 })
             }
         }
+    }
+}
+
+/// The slowest an upload may go: after `timeouts.request_body_ms`, it must have averaged
+/// `limits.min_upload_bytes_per_second`.
+struct Pace {
+    started: Instant,
+    grace: std::time::Duration,
+    rate: usize,
+}
+
+impl Pace {
+    fn new(snapshot: &Runtime) -> Pace {
+        Pace {
+            started: Instant::now(),
+            grace: snapshot.timeouts.request_body,
+            rate: snapshot.limits.min_upload_rate,
+        }
+    }
+
+    fn check(&self, received: usize) -> Result<(), EdgeError> {
+        let elapsed = self.started.elapsed();
+        let owed = self.rate as f64 * elapsed.as_secs_f64();
+        if elapsed > self.grace && (received as f64) < owed {
+            return Err(EdgeError::BodyTimeout);
+        }
+        Ok(())
     }
 }
 

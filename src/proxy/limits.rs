@@ -1,5 +1,5 @@
-//! `limits.max_concurrent_requests` and `limits.max_streams`: process-wide counters shared by
-//! every listener, and the slots a request holds in them until its context is dropped.
+//! `limits.max_concurrent_requests`, `limits.max_streams` and the memory budget: process-wide
+//! counters shared by every listener, and the slots a request holds until its context drops.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -7,17 +7,27 @@ use std::sync::Arc;
 use http::Method;
 use pingora::http::RequestHeader;
 
+use crate::budget::{Budget, Holder, Reservation, STREAM_COST};
 use crate::error::EdgeError;
 use crate::runtime::{EndpointKind, Limits};
 
-/// Requests in flight and long-lived streams open.
-#[derive(Clone, Default)]
+/// Requests in flight, long-lived streams open, and the memory budget.
+#[derive(Clone)]
 pub struct Load {
     requests: Arc<AtomicUsize>,
     streams: Arc<AtomicUsize>,
+    pub budget: Arc<Budget>,
 }
 
 impl Load {
+    pub fn new(budget: Arc<Budget>) -> Load {
+        Load {
+            requests: Arc::default(),
+            streams: Arc::default(),
+            budget,
+        }
+    }
+
     /// A slot for one more request in flight, or 503 `overloaded`.
     pub fn request(&self, limits: &Limits) -> Result<Slot, EdgeError> {
         Slot::take(&self.requests, limits.max_concurrent_requests).ok_or(EdgeError::Overloaded {
@@ -25,10 +35,15 @@ impl Load {
         })
     }
 
-    /// A slot for one more long-lived stream, or 503 `overloaded`.
-    pub fn stream(&self, limits: &Limits) -> Result<Slot, EdgeError> {
-        Slot::take(&self.streams, limits.max_streams)
-            .ok_or(EdgeError::Overloaded { limit: "streams" })
+    /// A slot for one more long-lived stream and the memory it holds, or 503 `overloaded`.
+    pub async fn stream(&self, limits: &Limits) -> Result<Slot, EdgeError> {
+        let mut slot = Slot::take(&self.streams, limits.max_streams)
+            .ok_or(EdgeError::Overloaded { limit: "streams" })?;
+        let room = self.budget.reserve(Holder::Stream, STREAM_COST).await;
+        slot.room = Some(room.ok_or(EdgeError::Overloaded {
+            limit: "memory budget",
+        })?);
+        Ok(slot)
     }
 }
 
@@ -41,20 +56,26 @@ pub fn is_stream(req: &RequestHeader, kind: EndpointKind, method: &str) -> bool 
     }
 }
 
-/// A slot in a bounded counter, released when dropped.
-pub struct Slot(Arc<AtomicUsize>);
+/// A slot in a bounded counter (and, for streams, its memory), released when dropped.
+pub struct Slot {
+    counter: Arc<AtomicUsize>,
+    room: Option<Reservation>,
+}
 
 impl Slot {
     fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Slot> {
         let previous = counter.fetch_add(1, Ordering::AcqRel);
         // Built before the check so that a refused take is given back on drop too.
-        let slot = Slot(counter.clone());
+        let slot = Slot {
+            counter: counter.clone(),
+            room: None,
+        };
         (previous < limit).then_some(slot)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.counter.fetch_sub(1, Ordering::AcqRel);
     }
 }

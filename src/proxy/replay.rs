@@ -50,6 +50,7 @@ use pingora::{Error, ErrorType, Result};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use super::body::Body;
 use crate::error::EdgeError;
 
 /// How long the upstream may stay silent.
@@ -67,17 +68,17 @@ pub struct Silence {
 /// can be released once the upstream has it.
 #[derive(Clone, Default)]
 pub struct Stored {
-    body: Arc<Mutex<Option<Bytes>>>,
+    body: Arc<Mutex<Option<Body>>>,
     /// The request has a body to forward (also after the edge's copy is released).
     present: bool,
 }
 
 impl Stored {
-    fn new(body: Bytes) -> Stored {
-        let present = !body.is_empty();
+    fn new(body: Option<Body>) -> Stored {
+        let body = body.filter(|b| !b.bytes.is_empty());
         Stored {
-            body: Arc::new(Mutex::new(present.then_some(body))),
-            present,
+            present: body.is_some(),
+            body: Arc::new(Mutex::new(body)),
         }
     }
     /// The request has no body to forward (GET, DELETE, OPTIONS, an empty POST).
@@ -85,9 +86,10 @@ impl Stored {
         !self.present
     }
     fn get(&self) -> Option<Bytes> {
-        self.body.lock().ok().and_then(|b| b.clone())
+        self.body.lock().ok()?.as_ref().map(|b| b.bytes.clone())
     }
-    /// Drop the edge's copy: the upstream has the body, and it is never sent again.
+    /// Drop the edge's copy (and give its memory back to the budget): the upstream has the
+    /// body, and it is never sent again.
     pub fn release(&self) {
         if let Ok(mut b) = self.body.lock() {
             *b = None;
@@ -103,7 +105,7 @@ pub type Handback = oneshot::Receiver<Box<ServerSession>>;
 /// [`Replay::read_body_or_idle`]).
 pub fn install(
     session: &mut Session,
-    body: Bytes,
+    body: Option<Body>,
     cutoff: watch::Receiver<bool>,
     silence: Silence,
 ) -> (Handback, Stored) {

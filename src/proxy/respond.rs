@@ -146,8 +146,15 @@ fn head(error: &EdgeError, len: usize) -> pingora::Result<ResponseHeader> {
     resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
     resp.insert_header(ERROR_HEADER, error.kind().as_str())?;
-    if let EdgeError::MethodNotAllowed { allow, .. } = error {
-        resp.insert_header(http::header::ALLOW, *allow)?;
+    match error {
+        EdgeError::MethodNotAllowed { allow, .. } => {
+            resp.insert_header(http::header::ALLOW, *allow)?;
+        }
+        // Load that passes: a client may try again shortly.
+        EdgeError::Overloaded { .. } => {
+            resp.insert_header(http::header::RETRY_AFTER, "1")?;
+        }
+        _ => {}
     }
     Ok(resp)
 }

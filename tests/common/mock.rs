@@ -165,6 +165,11 @@ impl Mock {
             .collect()
     }
 
+    /// Every request read in full, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap().clone()
+    }
+
     pub fn last(&self) -> Option<Seen> {
         self.shared.seen.lock().unwrap().last().cloned()
     }

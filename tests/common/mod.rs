@@ -88,6 +88,54 @@ pub struct Edge {
     pub handle: EdgeHandle,
     pub port: u16,
     pub metrics_port: u16,
+    /// This edge's pool names (see [`Pools`]).
+    pub pools: Pools,
+    /// The name this edge gave the pool the test wrote as `main` (its metric label).
+    pub pool: String,
+}
+
+/// Pool names unique to one test edge and its replicas. The metrics registry is
+/// process-wide and keys pool series by name, so edges of tests running side by side in one
+/// test binary must not share a name: one test's series could satisfy another's assertion,
+/// and publishing one edge's members deletes the other's. Every pool the test writes (`main`)
+/// gets a suffix (`main-7`); replicas and restarts of "the same" edge reuse the suffix, as
+/// real replicas share a configuration (tokens name their pool).
+#[derive(Clone, Debug)]
+pub struct Pools {
+    suffix: usize,
+}
+
+impl Pools {
+    pub fn fresh() -> Pools {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(1);
+        Pools {
+            suffix: N.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// The edge's name for the pool the test wrote as `written`.
+    pub fn name(&self, written: &str) -> String {
+        format!("{written}-{}", self.suffix)
+    }
+
+    /// `body` with every `[[pools]] name` and `[[routes]] pool` renamed.
+    pub fn apply(&self, body: &str) -> String {
+        let mut doc: toml::Table = body
+            .parse()
+            .unwrap_or_else(|e| panic!("test config is not TOML: {e}\n{body}"));
+        for (array, key) in [("pools", "name"), ("routes", "pool")] {
+            let Some(toml::Value::Array(tables)) = doc.get_mut(array) else {
+                continue;
+            };
+            for table in tables {
+                if let Some(toml::Value::String(name)) = table.get_mut(key) {
+                    *name = self.name(name);
+                }
+            }
+        }
+        toml::to_string(&doc).expect("a TOML table serializes")
+    }
 }
 
 impl Edge {
@@ -128,8 +176,21 @@ pub fn start_edge(body: &str) -> Edge {
     start_edge_on(free_port(), body)
 }
 
-/// As [`start_edge`], on a given port (to restart an edge in place).
+/// As [`start_edge`], on a given port.
 pub fn start_edge_on(port: u16, body: &str) -> Edge {
+    start_edge_with(port, body, Pools::fresh())
+}
+
+/// Another edge with `like`'s pool names (a replica behind the same balancer): tokens
+/// sealed by one open on the other.
+pub fn start_replica(like: &Edge, body: &str) -> Edge {
+    start_edge_with(free_port(), body, like.pools.clone())
+}
+
+/// An edge on `port` with the given pool names (to restart an edge in place, pass the old
+/// edge's `pools`).
+pub fn start_edge_with(port: u16, body: &str, pools: Pools) -> Edge {
+    let body = pools.apply(body);
     let metrics_port = free_port();
     let sessions = if body.contains("[sessions]") {
         String::new()
@@ -148,6 +209,8 @@ pub fn start_edge_on(port: u16, body: &str) -> Edge {
         handle,
         port,
         metrics_port,
+        pool: pools.name("main"),
+        pools,
     }
 }
 
@@ -259,6 +322,18 @@ pub async fn wait_metric(edge: &Edge, name_and_labels: &str, at_least: f64) -> f
         "waited {PATIENCE:?} for {name_and_labels} >= {at_least}; it is {v}"
     );
     v
+}
+
+/// Wait until a counter has moved by `delta` from `before` (the value read before the
+/// test's own traffic), then assert it moved by exactly that much.
+pub async fn wait_delta(edge: &Edge, name_and_labels: &str, before: f64, delta: f64) {
+    let now = wait_metric(edge, name_and_labels, before + delta).await;
+    assert_eq!(
+        now - before,
+        delta,
+        "{name_and_labels} moved by {} (from {before}), want {delta}",
+        now - before
+    );
 }
 
 /// Wait until every series prefix in `wanted` is in the scrape.

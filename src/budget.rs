@@ -1,0 +1,245 @@
+//! The memory budget: one bound on what clients can make the edge hold — open connections,
+//! buffered request bodies and long-lived streams — so that a replica under hostile load stays
+//! inside its container's memory limit instead of meeting the OOM killer.
+//!
+//! Every holder takes a [`Reservation`] (released on drop) before it grows. When the budget is
+//! full the edge pushes back instead of growing: it first closes the oldest *stalled* holders
+//! (connections still sending their first request head, uploads that stopped making progress),
+//! then refuses the new work (a connection is closed; a body or stream gets 503 `overloaded`
+//! with `Retry-After`). Well-behaved requests finish in milliseconds, so they are rarely the
+//! oldest stalled holders.
+//!
+//! Costs are estimates, measured on Pingora 0.9.1 (docs/security.md): a connection inside
+//! Pingora's HTTP session ≈ 45 KiB, an idle event stream ≈ 70 KiB, a body its bytes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::metrics;
+pub use crate::metrics::{Eviction, Holder};
+
+/// What a client connection costs from accept to close (Pingora's HTTP session state, the
+/// task, socket buffers): measured at about 45 KiB per stalled head.
+pub const CONNECTION_COST: usize = 48 * 1024;
+/// What an open long-lived stream costs besides its connection (response buffers, the proxy
+/// task): about 70 KiB when idle (docs/benchmarks.md).
+pub const STREAM_COST: usize = 72 * 1024;
+/// A holder counts as stalled once it has made no progress for this long.
+const STALLED_AFTER: Duration = Duration::from_millis(500);
+/// How long work waits for the room closed holders give back before it is refused.
+const ROOM_WAIT: Duration = Duration::from_millis(250);
+
+/// The process-wide budget: bytes reserved, and the holders that may be closed for room.
+#[derive(Default)]
+pub struct Budget {
+    used: AtomicUsize,
+    /// The limit in force (from the runtime snapshot; a reload may change it).
+    limit: AtomicUsize,
+    stalled: Mutex<VecDeque<Arc<Candidate>>>,
+    /// Signalled whenever a reservation is given back.
+    released: Notify,
+}
+
+/// A holder that may be closed to make room, while it is stalled.
+pub struct Candidate {
+    kind: Eviction,
+    since: Instant,
+    /// Milliseconds since `since` of the last progress.
+    progress_ms: AtomicU64,
+    evicted: Notify,
+    gone: std::sync::atomic::AtomicBool,
+}
+
+impl Candidate {
+    /// The holder made progress (bytes arrived): not stalled for a while.
+    pub fn progressed(&self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.progress_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Resolves when the budget needs this holder's room: close it.
+    pub async fn evicted(&self) {
+        self.evicted.notified().await
+    }
+
+    fn is_stalled(&self, now: Instant) -> bool {
+        let last = self.since + Duration::from_millis(self.progress_ms.load(Ordering::Relaxed));
+        now.saturating_duration_since(last) >= STALLED_AFTER
+    }
+}
+
+/// A registration as a candidate; unregisters on drop.
+pub struct Watch {
+    budget: Arc<Budget>,
+    candidate: Arc<Candidate>,
+}
+
+impl Watch {
+    pub fn candidate(&self) -> &Candidate {
+        &self.candidate
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.candidate.gone.store(true, Ordering::Relaxed);
+        if let Ok(mut list) = self.budget.stalled.lock() {
+            list.retain(|c| !Arc::ptr_eq(c, &self.candidate));
+        }
+    }
+}
+
+/// Bytes held against the budget until dropped.
+pub struct Reservation {
+    budget: Arc<Budget>,
+    bytes: usize,
+    holder: Holder,
+}
+
+impl Reservation {
+    /// Take `more` bytes on top of this reservation (a body growing), closing stalled holders
+    /// for room if needed; false when the budget has no room (the refusal is counted).
+    pub async fn grow(&mut self, more: usize) -> bool {
+        if !self.budget.acquire(self.holder, more).await {
+            return false;
+        }
+        self.bytes += more;
+        true
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        metrics::get().budget_used(self.budget.used());
+        self.budget.released.notify_waiters();
+    }
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Arc<Budget> {
+        let budget = Budget::default();
+        budget.set_limit(limit);
+        Arc::new(budget)
+    }
+
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+        metrics::get().budget_limit(limit);
+    }
+
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + bytes <= limit).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Reserve `bytes` for `holder`, closing stalled holders for room if needed; `None` when
+    /// even that leaves too little (the caller refuses the work; the refusal is counted).
+    pub async fn reserve(self: &Arc<Self>, holder: Holder, bytes: usize) -> Option<Reservation> {
+        if !self.acquire(holder, bytes).await {
+            return None;
+        }
+        Some(Reservation {
+            budget: self.clone(),
+            bytes,
+            holder,
+        })
+    }
+
+    /// Take `bytes`; when they do not fit, close stalled holders and wait briefly for the
+    /// room they give back.
+    async fn acquire(&self, holder: Holder, bytes: usize) -> bool {
+        if self.take(bytes) {
+            metrics::get().budget_used(self.used());
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+        self.evict_for(bytes);
+        loop {
+            let released = self.released.notified();
+            if self.take(bytes) {
+                metrics::get().budget_used(self.used());
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                metrics::get().budget_refusal(holder);
+                return false;
+            }
+        }
+    }
+
+    /// Register a holder that may be closed while it is stalled.
+    pub fn watch(self: &Arc<Self>, kind: Eviction) -> Watch {
+        let candidate = Arc::new(Candidate {
+            kind,
+            since: Instant::now(),
+            progress_ms: AtomicU64::new(0),
+            evicted: Notify::new(),
+            gone: std::sync::atomic::AtomicBool::new(false),
+        });
+        if let Ok(mut list) = self.stalled.lock() {
+            list.push_back(candidate.clone());
+        }
+        Watch {
+            budget: self.clone(),
+            candidate,
+        }
+    }
+
+    /// Tell the oldest stalled holders, enough of them to cover `bytes`, to close: their
+    /// reservations come back as their tasks end.
+    fn evict_for(&self, bytes: usize) {
+        let now = Instant::now();
+        let wanted = bytes.div_ceil(CONNECTION_COST).clamp(1, 64);
+        let victims: Vec<Arc<Candidate>> = match self.stalled.lock() {
+            Ok(mut list) => {
+                let mut picked = Vec::new();
+                // The list is in arrival order: oldest first.
+                list.retain(|c| {
+                    let take = picked.len() < wanted && c.is_stalled(now);
+                    if take {
+                        picked.push(c.clone());
+                    }
+                    !take
+                });
+                picked
+            }
+            Err(_) => Vec::new(),
+        };
+        for victim in victims {
+            if !victim.gone.load(Ordering::Relaxed) {
+                metrics::get().eviction(victim.kind);
+                victim.evicted.notify_one();
+            }
+        }
+    }
+}
+
+/// The budget for a container whose memory limit is `limit_bytes`: half of it, leaving the
+/// rest for the process itself, Pingora's per-request state the budget does not count, and
+/// allocator slack (freed pages are returned to the system after a delay).
+pub fn from_container_limit(limit_bytes: u64) -> usize {
+    (limit_bytes / 2) as usize
+}
+
+/// The container's memory limit (cgroup v2 `memory.max`, else cgroup v1), if there is one.
+pub fn container_limit() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let value = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))?;
+    let bytes = value.trim().parse::<u64>().ok()?;
+    // cgroup v1 reports "no limit" as a huge number.
+    (bytes < (1 << 60)).then_some(bytes)
+}
