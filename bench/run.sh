@@ -13,10 +13,19 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then echo "bench: install ${need[*]} (Debian packages)" >&2; exit 1; fi
   apt-get update -qq
-  # Do not let the packages start their system services on port 80.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  # Do not let the packages start their system services on port 80 (a policy-rc.d of our own,
+  # removed however the install ends; one that was already there is left alone).
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  rm -f /usr/sbin/policy-rc.d
+  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
+  for tool in "${need[@]}"; do
+    command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || { echo "bench: $tool still missing after the install" >&2; exit 1; }
+  done
 fi
 bash scripts/setup.sh --build-only
 cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora

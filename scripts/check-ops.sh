@@ -2,15 +2,18 @@
 # Offline checks of the operations files: alert rules and their unit tests (promtool), the
 # Grafana dashboard (JSON, and every panel query parsed as PromQL), every Kubernetes manifest
 # under deploy/ against the Kubernetes schemas (kubernetes-validate --strict), the kustomize
-# builds, and the ConfigMap's embedded mcp-edge.toml with `mcp-edge --check`.
+# builds (which also validate every kustomization file: kustomize rejects unknown fields), no
+# Secret in any rendered build, and the ConfigMap's embedded mcp-edge.toml with `mcp-edge --check`.
 #
 #   bash scripts/check-ops.sh
 #
 # Installs what it needs when missing, and only then uses the network: promtool (Debian package
-# `prometheus`, when run as root) and a venv at deploy/.venv-validate from the pinned
-# deploy/requirements-validate.txt. Everything after that runs offline (kubernetes-validate ships
-# its schemas). The ConfigMap check uses target/{debug,release}/mcp-edge when one is built (the
-# newer of the two) and is skipped otherwise; this script never runs cargo.
+# `prometheus`, when run as root), a venv at deploy/.venv-validate from the pinned
+# deploy/requirements-validate.txt, and the pinned kustomize (scripts/setup-ops.sh). Everything
+# after that runs offline (kubernetes-validate ships its schemas). A failed install fails the
+# script. The ConfigMap check uses target/{debug,release}/mcp-edge when one is built (the newer
+# of the two); without one it is skipped, and a skip fails the script under CI (CI set and not
+# false or 0). This script never runs cargo. Exit status: 0 only when every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +26,17 @@ skipped=0
 section() { printf '\n== %s\n' "$1"; }
 pass() { printf 'ok: %s\n' "$1"; passed=$((passed + 1)); }
 fail() { printf 'FAIL: %s\n' "$1"; failed=$((failed + 1)); }
-skip() { printf 'skip: %s\n' "$1"; skipped=$((skipped + 1)); }
 is_root() { [ "$(id -u)" -eq 0 ]; }
+case "${CI:-}" in "" | 0 | false | False | FALSE) in_ci=0 ;; *) in_ci=1 ;; esac
+# Under CI a check that could not run is a failure: a green run must mean it ran.
+skip() {
+    if [ "$in_ci" = 1 ]; then
+        fail "$1 (not run, and CI=$CI)"
+    else
+        printf 'skip: %s\n' "$1"
+        skipped=$((skipped + 1))
+    fi
+}
 
 WORK=$(mktemp -d)
 POLICY_RC_ADDED=0
@@ -36,6 +48,13 @@ trap cleanup EXIT
 
 # ---- installs ------------------------------------------------------------------------------
 
+# pgrep exits 1 when no process matches: that is an empty list, not an error.
+prometheus_pids() {
+    local rc=0
+    pgrep -x prometheus || rc=$?
+    [ "$rc" -le 1 ]
+}
+
 install_promtool() {
     if command -v promtool >/dev/null 2>&1; then
         return
@@ -46,7 +65,7 @@ install_promtool() {
     fi
     section "installing promtool (Debian package prometheus)"
     local before pid
-    before=" $(pgrep -x prometheus | tr '\n' ' ' || true) "
+    before=" $(prometheus_pids | tr '\n' ' ') "
     # The package's maintainer scripts start the Prometheus server (listening on :9090, a port
     # the edge and its tests use). A policy-rc.d answering 101 tells invoke-rc.d not to.
     if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -62,10 +81,11 @@ install_promtool() {
         POLICY_RC_ADDED=0
     fi
     # Whatever the init system did anyway: stop it, and end any prometheus process that was
-    # not running before the install (by pid, nothing else).
+    # not running before the install (by pid, nothing else). Cleanup only: `|| true` ignores
+    # a missing systemd and a process that has already gone.
     systemctl stop prometheus 2>/dev/null || true
     systemctl disable prometheus 2>/dev/null || true
-    for pid in $(pgrep -x prometheus || true); do
+    for pid in $(prometheus_pids); do
         case "$before" in *" $pid "*) continue ;; esac
         echo "stopping prometheus pid $pid, started by the package install"
         kill "$pid" 2>/dev/null || true
@@ -102,8 +122,10 @@ install_promtool
 ensure_venv
 PY="$VENV/bin/python"
 KV="$VENV/bin/kubernetes-validate"
+KUBECTL=$(bash scripts/setup-ops.sh)
 echo "promtool: $(promtool --version 2>&1 | head -n1)"
 echo "kubernetes-validate: $("$KV" --version 2>&1 | tail -n1)"
+echo "kustomize: $("$KUBECTL" version --client | tr '\n' ' ')($KUBECTL)"
 
 # ---- alert rules ---------------------------------------------------------------------------
 
@@ -172,6 +194,7 @@ done
 
 section "Kubernetes manifests (kubernetes-validate --strict, offline schemas)"
 # Custom resources have no schema offline; they are only parsed as YAML and checked below.
+# Kustomization files are not Kubernetes objects: the kustomize builds below validate them.
 is_crd() {
     "$PY" - "$1" <<'EOF'
 import sys, yaml
@@ -190,6 +213,7 @@ validate() {
 }
 mapfile -t manifests < <(find deploy -path "$VENV" -prune -o -type f \( -name '*.yaml' -o -name '*.yml' \) \
     ! -name kustomization.yaml ! -name kustomization.yml -print | sort)
+[ "${#manifests[@]}" -gt 0 ] || fail "no Kubernetes manifest found under deploy/"
 for f in "${manifests[@]}"; do
     if is_crd "$f"; then
         if "$PY" - "$f" <<'EOF'
@@ -231,20 +255,13 @@ EOF
     fi
 done
 
-section "kustomize builds"
-if command -v kustomize >/dev/null 2>&1; then
-    KUSTOMIZE=(kustomize build)
-elif command -v kubectl >/dev/null 2>&1; then
-    KUSTOMIZE=(kubectl kustomize)
-else
-    KUSTOMIZE=()
-fi
-mapfile -t kdirs < <(find deploy -path "$VENV" -prune -o -type f -name kustomization.yaml -printf '%h\n' | sort)
+section "kustomize builds (the kustomization files validated, no Secret rendered)"
+# The pinned kustomize (scripts/setup-ops.sh), never whatever kustomize is on PATH.
+KUSTOMIZE=("$KUBECTL" kustomize)
+mapfile -t kdirs < <(find deploy -path "$VENV" -prune -o -type f \
+    \( -name kustomization.yaml -o -name kustomization.yml -o -name Kustomization \) -printf '%h\n' | sort)
+[ "${#kdirs[@]}" -gt 0 ] || fail "no kustomization under deploy/"
 for dir in "${kdirs[@]}"; do
-    if [ "${#KUSTOMIZE[@]}" -eq 0 ]; then
-        skip "$dir: neither kustomize nor kubectl is installed"
-        continue
-    fi
     out="$WORK/$(echo "$dir" | tr / _).yaml"
     if ! "${KUSTOMIZE[@]}" "$dir" >"$out"; then
         fail "${KUSTOMIZE[*]} $dir"
@@ -335,4 +352,4 @@ EOF
 fi
 
 printf '\ncheck-ops: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
-[ "$failed" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
