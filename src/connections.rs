@@ -78,7 +78,13 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             .reserve(Holder::Connection, CONNECTION_COST)
             .await?;
         let t = &snapshot;
-        let session = first_head(session, &self.budget, t.timeouts.request_head, t.limits.max_header_bytes).await?;
+        let session = first_head(
+            session,
+            &self.budget,
+            t.timeouts.request_head,
+            t.limits.max_header_bytes,
+        )
+        .await?;
         self.inner.process_new(session, shutdown).await
     }
 

@@ -298,7 +298,9 @@ fn preregister(m: &Metrics) {
             .inc_by(0);
     }
     for what in Holder::iter() {
-        m.budget_refusals.with_label_values(&[label(what)]).inc_by(0);
+        m.budget_refusals
+            .with_label_values(&[label(what)])
+            .inc_by(0);
     }
     for reason in Eviction::iter() {
         m.evictions.with_label_values(&[label(reason)]).inc_by(0);

@@ -35,7 +35,10 @@ async fn stalled_heads(port: u16, n: usize) -> Vec<TcpStream> {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)).await else {
             continue;
         };
-        if s.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\n").await.is_ok() {
+        if s.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .is_ok()
+        {
             held.push(s);
         }
     }
@@ -69,30 +72,218 @@ async fn stalled_uploads(port: u16, n: usize, size: usize) -> Vec<TcpStream> {
     held
 }
 
+/// The scenario against the default configuration: thousands of stalled heads and
+/// hundreds of stalled 3.5 MiB uploads. Without a budget this took the edge past 1 GiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_heads_and_uploads_cost_what_they_cost() {
+async fn stalled_heads_and_uploads_stay_inside_the_deployment_limit() {
     let member = Mock::start(Behavior::Json).await;
-    let (edge, _) = edge(member.addr, "", &[("L4READ", "0")]);
-    let (base, _) = memory(edge.child.id());
-    let heads = stalled_heads(edge.port, 2000).await;
-    let (after_heads, _) = memory(edge.child.id());
-    eprintln!(
-        "{} stalled heads: +{} KiB ({} B each)",
-        heads.len(),
-        (after_heads - base) / 1024,
-        (after_heads - base) / heads.len().max(1) as u64
-    );
-    let uploads = stalled_uploads(edge.port, 20, 3 * 1024 * 1024 + 512 * 1024).await;
-    let (after_uploads, _) = memory(edge.child.id());
-    eprintln!(
-        "{} stalled uploads: +{} KiB",
-        uploads.len(),
-        (after_uploads - after_heads) / 1024
-    );
-    let started = Instant::now();
+    let (edge, metrics_port) = edge(member.addr, "", &[]);
+    let heads = stalled_heads(edge.port, 9000).await;
+    let uploads = stalled_uploads(edge.port, 200, 3 * 1024 * 1024 + 512 * 1024).await;
+    // Meanwhile a well-behaved client is served promptly.
     let c = client();
     let body = modern_body(json!(1), "tools/list", json!({}));
+    let started = Instant::now();
     let resp = modern_request(&c, &edge.url(), &body).send().await.unwrap();
-    eprintln!("normal request: {} in {:?}", resp.status(), started.elapsed());
-    let _ = (DEPLOYMENT_LIMIT, Duration::ZERO);
+    let took = started.elapsed();
+    let (_, peak) = memory(edge.child.id());
+    eprintln!(
+        "{} stalled heads, {} stalled uploads: peak RSS {} MiB; a normal request: {} in {took:?}",
+        heads.len(),
+        uploads.len(),
+        peak / MIB,
+        resp.status()
+    );
+    assert_eq!(resp.status(), 200);
+    assert!(
+        took < Duration::from_secs(1),
+        "a normal request took {took:?}"
+    );
+    assert!(
+        peak < DEPLOYMENT_LIMIT,
+        "peak RSS {} MiB is past the Deployment's 512 MiB",
+        peak / MIB
+    );
+    let scrape = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let pushed_back: f64 = scrape
+        .lines()
+        .filter(|l| {
+            l.starts_with("mcp_edge_memory_budget_refusals_total")
+                || l.starts_with("mcp_edge_memory_evictions_total")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(pushed_back > 0.0, "the budget never pushed back:\n{scrape}");
+    drop((heads, uploads));
+}
+
+/// Budget settings small enough to reach with a few connections.
+fn small_budget(member: std::net::SocketAddr, budget: usize, extra: &str) -> Edge {
+    start_edge(&format!(
+        "[limits]\nmemory_budget_bytes = {budget}\n{extra}\n{}",
+        unchecked_pool_and_route(&[member], "")
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_the_budget_gets_503_with_retry_after_and_is_counted() {
+    let member = Mock::start(Behavior::Json).await;
+    let edge = small_budget(member.addr, 2 * 1024 * 1024, "");
+    let before = metric(
+        &edge,
+        "mcp_edge_memory_budget_refusals_total{what=\"body\"}",
+    )
+    .await;
+    let big = modern_body(
+        json!(5),
+        "tools/call",
+        json!({"name": "t", "arguments": {"x": "y".repeat(3 * 1024 * 1024)}}),
+    );
+    let resp = modern_request(&client(), &edge.url(), &big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["x-mcp-edge-error"], "overloaded");
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let after = metric(
+        &edge,
+        "mcp_edge_memory_budget_refusals_total{what=\"body\"}",
+    )
+    .await;
+    assert!(after > before, "refusal not counted ({before} → {after})");
+    assert_eq!(member.heads(), 0);
+    // Within the budget, the same edge serves.
+    let small = modern_body(json!(6), "tools/list", json!({}));
+    let resp = modern_request(&client(), &edge.url(), &small)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_heads_make_room_for_a_well_behaved_client() {
+    let member = Mock::start(Behavior::Json).await;
+    // Room for about twenty connections.
+    let edge = small_budget(member.addr, 20 * 48 * 1024, "");
+    let mut held = stalled_heads(edge.port, 40).await;
+    let body = modern_body(json!(1), "tools/list", json!({}));
+    // Once the heads count as stalled, a new client gets in: the oldest stalled go.
+    wait_until(
+        PATIENCE,
+        "a well-behaved request served beside 40 stalled heads",
+        async || {
+            let resp = modern_request(&client(), &edge.url(), &body).send().await;
+            resp.is_ok_and(|r| r.status() == 200)
+        },
+    )
+    .await;
+    let evicted = metric(
+        &edge,
+        "mcp_edge_memory_evictions_total{reason=\"stalled_head\"}",
+    )
+    .await;
+    assert!(evicted >= 1.0, "no stalled head was closed");
+    // The oldest ones were closed: reading from them ends.
+    let first = &mut held[0];
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(PATIENCE, tokio::io::AsyncReadExt::read(first, &mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "the oldest stalled head is still open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_never_completes_is_closed_at_the_deadline() {
+    let member = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&format!(
+        "[timeouts]\nrequest_head_ms = 300\n\n{}",
+        unchecked_pool_and_route(&[member.addr], "")
+    ));
+    let before = metric(&edge, "mcp_edge_request_head_timeouts_total").await;
+    let started = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+    // A byte at a time: each read is quick, the head never ends.
+    let closed = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if s.write_all(b"X").await.is_err() {
+                return;
+            }
+            let mut buf = [0u8; 16];
+            match tokio::time::timeout(
+                Duration::from_millis(50),
+                tokio::io::AsyncReadExt::read(&mut s, &mut buf),
+            )
+            .await
+            {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a dribbled head held its connection past {PATIENCE:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "closed before the deadline"
+    );
+    assert!(metric(&edge, "mcp_edge_request_head_timeouts_total").await > before);
+    assert_eq!(member.heads(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_honest_upload_completes_and_a_trickle_is_cut() {
+    let member = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&format!(
+        "[limits]\nmin_upload_bytes_per_second = 32768\n\n[timeouts]\nrequest_body_ms = 500\n\n{}",
+        unchecked_pool_and_route(&[member.addr], "")
+    ));
+    let upload = |rate_per_100ms: usize, total: usize| {
+        let port = edge.port;
+        async move {
+            let body = modern_body(
+                json!(1),
+                "tools/call",
+                json!({"name": "t", "arguments": {"x": "y".repeat(total)}}),
+            )
+            .to_string();
+            let head = format!("POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nmcp-protocol-version: {MODERN}\r\nmcp-method: tools/call\r\nmcp-name: t\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len());
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(head.as_bytes()).await.unwrap();
+            let mut pacer = tokio::time::interval(Duration::from_millis(100));
+            for part in body.as_bytes().chunks(rate_per_100ms) {
+                pacer.tick().await;
+                if s.write_all(part).await.is_err() {
+                    break;
+                }
+            }
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(
+                PATIENCE,
+                tokio::io::AsyncReadExt::read_to_end(&mut s, &mut out),
+            )
+            .await;
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    };
+    // 12.8 KiB every 100 ms (128 KiB/s) for 256 KiB: about two seconds, four times the floor.
+    let honest = upload(13_107, 256 * 1024).await;
+    assert!(
+        honest.starts_with("HTTP/1.1 200"),
+        "honest upload: {honest}"
+    );
+    // 1 KiB every 100 ms (10 KiB/s): under the floor once the grace period has passed.
+    let trickle = upload(1024, 256 * 1024).await;
+    assert!(trickle.starts_with("HTTP/1.1 408"), "trickle: {trickle}");
+    assert!(trickle.contains("body_timeout"), "{trickle}");
 }

@@ -141,7 +141,7 @@ async fn a_session_member_that_refuses_connections_has_lost_the_session() {
     let edge = start_edge(&unchecked_pool_and_route(&[dead.addr], ""));
     let ring = mcp_edge::session::KeyRing::parse(&format!("1:{KEY_A}")).unwrap();
     let claims = mcp_edge::session::Claims {
-        pool: "main".into(),
+        pool: edge.pool.clone(),
         member: dead.addr.to_string(),
         upstream_id: "up-1".into(),
         issued_at: mcp_edge::session::affinity::now_secs(),

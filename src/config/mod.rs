@@ -120,8 +120,10 @@ fn limits(l: &file::LimitsSection) -> Limits {
         max_connections: l.max_connections.get(),
         memory_budget: l.memory_budget_bytes.map_or_else(
             || {
-                crate::budget::container_limit()
-                    .map_or(defaults::MEMORY_BUDGET_BYTES.get(), crate::budget::from_container_limit)
+                crate::budget::container_limit().map_or(
+                    defaults::MEMORY_BUDGET_BYTES.get(),
+                    crate::budget::from_container_limit,
+                )
             },
             |b| b.get(),
         ),
