@@ -12,10 +12,12 @@
 //! Costs are estimates, measured on Pingora 0.9.1 (docs/security.md): a connection inside
 //! Pingora's HTTP session ≈ 45 KiB, an idle event stream ≈ 70 KiB, a body its bytes.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -39,7 +41,9 @@ pub struct Budget {
     used: AtomicUsize,
     /// The limit in force (from the runtime snapshot; a reload may change it).
     limit: AtomicUsize,
-    stalled: Mutex<VecDeque<Arc<Candidate>>>,
+    /// Holders that may be closed for room, by registration number: oldest first.
+    stalled: Mutex<BTreeMap<u64, Arc<Candidate>>>,
+    next_id: AtomicU64,
     /// Signalled whenever a reservation is given back.
     released: Notify,
 }
@@ -75,6 +79,7 @@ impl Candidate {
 /// A registration as a candidate; unregisters on drop.
 pub struct Watch {
     budget: Arc<Budget>,
+    id: u64,
     candidate: Arc<Candidate>,
 }
 
@@ -88,7 +93,7 @@ impl Drop for Watch {
     fn drop(&mut self) {
         self.candidate.gone.store(true, Ordering::Relaxed);
         if let Ok(mut list) = self.budget.stalled.lock() {
-            list.retain(|c| !Arc::ptr_eq(c, &self.candidate));
+            list.remove(&self.id);
         }
     }
 }
@@ -189,11 +194,13 @@ impl Budget {
             evicted: Notify::new(),
             gone: std::sync::atomic::AtomicBool::new(false),
         });
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut list) = self.stalled.lock() {
-            list.push_back(candidate.clone());
+            list.insert(id, candidate.clone());
         }
         Watch {
             budget: self.clone(),
+            id,
             candidate,
         }
     }
@@ -205,16 +212,14 @@ impl Budget {
         let wanted = bytes.div_ceil(CONNECTION_COST).clamp(1, 64);
         let victims: Vec<Arc<Candidate>> = match self.stalled.lock() {
             Ok(mut list) => {
-                let mut picked = Vec::new();
-                // The list is in arrival order: oldest first.
-                list.retain(|c| {
-                    let take = picked.len() < wanted && c.is_stalled(now);
-                    if take {
-                        picked.push(c.clone());
-                    }
-                    !take
-                });
-                picked
+                // Registration numbers grow: the map's order is oldest first.
+                let picked: Vec<u64> = list
+                    .iter()
+                    .filter(|(_, c)| c.is_stalled(now))
+                    .map(|(id, _)| *id)
+                    .take(wanted)
+                    .collect();
+                picked.iter().filter_map(|id| list.remove(id)).collect()
             }
             Err(_) => Vec::new(),
         };
@@ -242,4 +247,54 @@ pub fn container_limit() -> Option<u64> {
     let bytes = value.trim().parse::<u64>().ok()?;
     // cgroup v1 reports "no limit" as a huge number.
     (bytes < (1 << 60)).then_some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reservations_come_back_when_dropped() {
+        let budget = Budget::new(100 * 1024);
+        let a = budget.reserve(Holder::Body, 60 * 1024).await;
+        assert!(a.is_some());
+        assert_eq!(budget.used(), 60 * 1024);
+        assert!(
+            budget.reserve(Holder::Body, 60 * 1024).await.is_none(),
+            "nothing stalled to close: refused"
+        );
+        drop(a);
+        assert_eq!(budget.used(), 0);
+        let mut b = budget.reserve(Holder::Body, 0).await.unwrap();
+        assert!(b.grow(100 * 1024).await);
+        assert!(!b.grow(1).await, "past the limit");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_stalled_holder_is_closed_for_room() {
+        let budget = Budget::new(2 * CONNECTION_COST);
+        let old = budget.watch(Eviction::StalledHead);
+        let old_room = budget.reserve(Holder::Connection, CONNECTION_COST).await;
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let young = budget.watch(Eviction::StalledHead);
+        let young_room = budget.reserve(Holder::Connection, CONNECTION_COST).await;
+        // Both stall; the young one then makes progress.
+        tokio::time::advance(STALLED_AFTER + Duration::from_millis(50)).await;
+        young.candidate().progressed();
+        let closer = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.reserve(Holder::Connection, CONNECTION_COST).await })
+        };
+        // The old holder is told to close, and gives its room back.
+        tokio::time::timeout(Duration::from_secs(1), old.candidate().evicted())
+            .await
+            .expect("the oldest stalled holder was not closed");
+        drop(old_room);
+        drop(old);
+        assert!(
+            closer.await.unwrap().is_some(),
+            "the room was not handed on"
+        );
+        drop((young, young_room));
+    }
 }
