@@ -115,7 +115,7 @@ async fn first_head(
         let n = tokio::select! {
             r = stream.read(&mut chunk) => r.ok().filter(|n| *n > 0)?,
             _ = tokio::time::sleep_until(deadline) => {
-                metrics::get().head_timeouts.inc();
+                metrics::get().budget.head_timeouts.inc();
                 return None;
             }
             _ = watch.candidate().evicted() => return None,

@@ -35,6 +35,19 @@ pub struct Metrics {
     pub session_tokens: IntCounterVec,
     /// Session tokens refused, by reason.
     pub session_token_failures: IntCounterVec,
+    /// Configuration reloads by result (`success`, `failure`).
+    pub config_reloads: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    /// Pool membership, health and discovery.
+    pub pools: PoolMetrics,
+    /// The memory budget.
+    pub budget: BudgetMetrics,
+    /// Member labels last published per pool, so departed members' series are removed.
+    published: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+/// Pool membership, health checks and discovery.
+pub struct PoolMetrics {
     /// Member health as the edge sees it (1 healthy, 0 not), by pool and member.
     pub member_healthy: IntGaugeVec,
     /// Members currently in each pool (static or discovered).
@@ -45,20 +58,19 @@ pub struct Metrics {
     pub dns_resolutions: IntCounterVec,
     /// Connections to a member that failed (refused, timed out), by pool and member.
     pub connect_failures: IntCounterVec,
+}
+
+/// The memory budget and its push-back.
+pub struct BudgetMetrics {
     /// The memory budget in force, and what is reserved of it.
-    pub budget_limit: IntGauge,
-    pub budget_used: IntGauge,
+    pub limit: IntGauge,
+    pub used: IntGauge,
     /// Work refused because the budget was full, by holder.
-    pub budget_refusals: IntCounterVec,
+    pub refusals: IntCounterVec,
     /// Stalled holders closed to make room, by reason.
     pub evictions: IntCounterVec,
     /// Connections closed because their first request head was not complete in time.
     pub head_timeouts: IntCounter,
-    /// Configuration reloads by result (`success`, `failure`).
-    pub config_reloads: IntCounterVec,
-    pub build_info: IntGaugeVec,
-    /// Member labels last published per pool, so departed members' series are removed.
-    published: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 /// Why the edge refused a session token: the `reason` label of
@@ -216,6 +228,23 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "Legacy session tokens refused, by reason",
             &["reason"],
         )?,
+        config_reloads: r.counter(
+            "mcp_edge_config_reloads_total",
+            "Configuration reloads by result",
+            &["result"],
+        )?,
+        build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
+        pools: pool_metrics(&r)?,
+        budget: budget_metrics(&r)?,
+        published: Mutex::new(HashMap::new()),
+        registry: r.0,
+    };
+    preregister(&m);
+    Ok(m)
+}
+
+fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
+    Ok(PoolMetrics {
         member_healthy: r.gauge(
             "mcp_edge_member_healthy",
             "1 when the member passes its health checks and is not ejected",
@@ -241,21 +270,20 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "Failed connections to a member (refused, timed out)",
             &["pool", "member"],
         )?,
-        config_reloads: r.counter(
-            "mcp_edge_config_reloads_total",
-            "Configuration reloads by result",
-            &["result"],
-        )?,
-        build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
-        budget_limit: r.plain_gauge(
+    })
+}
+
+fn budget_metrics(r: &Registrar) -> Result<BudgetMetrics, prometheus::Error> {
+    Ok(BudgetMetrics {
+        limit: r.plain_gauge(
             "mcp_edge_memory_budget_bytes",
             "The memory budget for what clients can make the edge hold",
         )?,
-        budget_used: r.plain_gauge(
+        used: r.plain_gauge(
             "mcp_edge_memory_budget_used_bytes",
             "Bytes of the memory budget reserved by connections, bodies and streams",
         )?,
-        budget_refusals: r.counter(
+        refusals: r.counter(
             "mcp_edge_memory_budget_refusals_total",
             "Work refused because the memory budget was full, by holder",
             &["what"],
@@ -269,11 +297,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "mcp_edge_request_head_timeouts_total",
             "Connections closed because their first request head did not arrive in time",
         )?,
-        published: Mutex::new(HashMap::new()),
-        registry: r.0,
-    };
-    preregister(&m);
-    Ok(m)
+    })
 }
 
 /// Every fixed label value gets its series at start, so a dashboard sees 0, not nothing.
@@ -298,12 +322,16 @@ fn preregister(m: &Metrics) {
             .inc_by(0);
     }
     for what in Holder::iter() {
-        m.budget_refusals
+        m.budget
+            .refusals
             .with_label_values(&[label(what)])
             .inc_by(0);
     }
     for reason in Eviction::iter() {
-        m.evictions.with_label_values(&[label(reason)]).inc_by(0);
+        m.budget
+            .evictions
+            .with_label_values(&[label(reason)])
+            .inc_by(0);
     }
     for era in [EraLabel::Modern, EraLabel::Legacy] {
         m.active_sse.with_label_values(&[label(era)]).set(0);
@@ -339,16 +367,19 @@ impl Metrics {
             .inc();
     }
     pub fn budget_limit(&self, bytes: usize) {
-        self.budget_limit.set(bytes as i64);
+        self.budget.limit.set(bytes as i64);
     }
     pub fn budget_used(&self, bytes: usize) {
-        self.budget_used.set(bytes as i64);
+        self.budget.used.set(bytes as i64);
     }
     pub fn budget_refusal(&self, what: Holder) {
-        self.budget_refusals.with_label_values(&[label(what)]).inc();
+        self.budget.refusals.with_label_values(&[label(what)]).inc();
     }
     pub fn eviction(&self, reason: Eviction) {
-        self.evictions.with_label_values(&[label(reason)]).inc();
+        self.budget
+            .evictions
+            .with_label_values(&[label(reason)])
+            .inc();
     }
     /// An SSE response started (`+1`) or ended (`-1`).
     pub fn sse_streams(&self, era: EraLabel, delta: i64) {
@@ -367,12 +398,14 @@ pub fn render() -> Vec<u8> {
 /// Publish a pool's members (label, healthy); drop series of members that left.
 pub fn publish_pool(pool: &str, members: &[(&str, bool)]) {
     let m = get();
-    m.pool_members
+    m.pools
+        .pool_members
         .with_label_values(&[pool])
         .set(members.len() as i64);
     let now: HashSet<String> = members.iter().map(|(l, _)| l.to_string()).collect();
     for (member, healthy) in members {
-        m.member_healthy
+        m.pools
+            .member_healthy
             .with_label_values(&[pool, member])
             .set(i64::from(*healthy));
     }
@@ -383,19 +416,19 @@ pub fn publish_pool(pool: &str, members: &[(&str, bool)]) {
         .insert(pool.to_string(), now.clone())
         .unwrap_or_default();
     for gone in before.difference(&now) {
-        let _ = m.member_healthy.remove_label_values(&[pool, gone]);
+        let _ = m.pools.member_healthy.remove_label_values(&[pool, gone]);
     }
 }
 
 /// Drop every series of a pool that no longer exists (after a reload removed it).
 pub fn forget_pool(name: &str) {
     let m = get();
-    let _ = m.pool_members.remove_label_values(&[name]);
+    let _ = m.pools.pool_members.remove_label_values(&[name]);
     let Ok(mut published) = m.published.lock() else {
         return;
     };
     for member in published.remove(name).unwrap_or_default() {
-        let _ = m.member_healthy.remove_label_values(&[name, &member]);
+        let _ = m.pools.member_healthy.remove_label_values(&[name, &member]);
     }
 }
 

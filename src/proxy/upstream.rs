@@ -76,6 +76,7 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     if let Some(member) = ctx.upstream.member() {
         member.record_connect_failure(pool.health.eject);
         metrics::get()
+            .pools
             .connect_failures
             .with_label_values(&[&pool.name, &member.label])
             .inc();

@@ -17,7 +17,8 @@ pub async fn resolve(pool: &Pool, name: &str) {
         Ok(addrs) => {
             let addrs: Vec<SocketAddr> = addrs.collect();
             if addrs.is_empty() {
-                m.dns_resolutions
+                m.pools
+                    .dns_resolutions
                     .with_label_values(&[pool.name.as_str(), "empty"])
                     .inc();
                 return;
@@ -30,7 +31,8 @@ pub async fn resolve(pool: &Pool, name: &str) {
                     addrs.len()
                 );
             }
-            m.dns_resolutions
+            m.pools
+                .dns_resolutions
                 .with_label_values(&[pool.name.as_str(), "ok"])
                 .inc();
         }
@@ -39,7 +41,8 @@ pub async fn resolve(pool: &Pool, name: &str) {
                 "pool {}: resolving {name} failed: {e}; keeping the current members",
                 pool.name
             );
-            m.dns_resolutions
+            m.pools
+                .dns_resolutions
                 .with_label_values(&[pool.name.as_str(), "error"])
                 .inc();
         }
@@ -63,6 +66,7 @@ pub async fn check_pool(pool: &Pool) {
             );
         }
         metrics::get()
+            .pools
             .health_checks
             .with_label_values(&[pool.name.as_str(), if ok { "ok" } else { "failed" }])
             .inc();
