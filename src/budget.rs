@@ -163,6 +163,18 @@ impl Budget {
         })
     }
 
+    /// Count `bytes` that are held already, whether or not they fit (an event stream the
+    /// upstream chose to answer with): later work sees the budget as it is.
+    pub fn force(self: &Arc<Self>, holder: Holder, bytes: usize) -> Reservation {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
+        metrics::get().budget_used(self.used());
+        Reservation {
+            budget: self.clone(),
+            bytes,
+            holder,
+        }
+    }
+
     /// Take `bytes`; when they do not fit, close stalled holders and wait briefly for the
     /// room they give back.
     async fn acquire(&self, holder: Holder, bytes: usize) -> bool {

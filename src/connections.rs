@@ -22,10 +22,10 @@ use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::budget::{Budget, Eviction, Holder, CONNECTION_COST};
-use crate::error::ErrorKind;
+use crate::error::{EdgeError, ErrorKind, ERROR_HEADER};
 use crate::metrics;
 use crate::runtime::Runtime;
 
@@ -35,15 +35,18 @@ pub struct ConnectionLimit<A> {
     inner: Arc<A>,
     runtime: Arc<ArcSwap<Runtime>>,
     budget: Arc<Budget>,
+    /// The listener accepts HTTP/2 with prior knowledge.
+    h2c: bool,
     open: AtomicUsize,
 }
 
 impl<A> ConnectionLimit<A> {
-    pub fn new(inner: A, runtime: Arc<ArcSwap<Runtime>>, budget: Arc<Budget>) -> Self {
+    pub fn new(inner: A, runtime: Arc<ArcSwap<Runtime>>, budget: Arc<Budget>, h2c: bool) -> Self {
         ConnectionLimit {
             inner: Arc::new(inner),
             runtime,
             budget,
+            h2c,
             open: AtomicUsize::new(0),
         }
     }
@@ -83,6 +86,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             &self.budget,
             t.timeouts.request_head,
             t.limits.max_header_bytes,
+            self.h2c,
         )
         .await?;
         self.inner.process_new(session, shutdown).await
@@ -93,14 +97,18 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
     }
 }
 
-/// Read until the first request head is complete (or `max_bytes` arrived), then give the
-/// bytes back to the stream for Pingora. `None`: the connection is to be closed (the client
-/// left, the deadline passed, or the budget needed the room).
+/// The HTTP/2 connection preface: Pingora's h2c detection reads this many bytes at once.
+const H2_PREFACE_LEN: usize = 24;
+
+/// Read until the first request head is complete, then give the bytes back to the stream for
+/// Pingora. `None`: the connection is to be closed (the client left, the deadline passed,
+/// the head was too large — answered 431 — or the budget needed the room).
 async fn first_head(
     session: Stream,
     budget: &Arc<Budget>,
     deadline: Duration,
     max_bytes: usize,
+    h2c: bool,
 ) -> Option<Stream> {
     if !session.as_any().is::<TcpStream>() {
         // Not a plain TCP stream (TLS, say): Pingora's own reads apply.
@@ -111,7 +119,11 @@ async fn first_head(
     let deadline = tokio::time::Instant::now() + deadline;
     let mut head = Vec::new();
     let mut chunk = [0u8; 2048];
-    while head.len() <= max_bytes {
+    loop {
+        if head.len() > max_bytes {
+            too_large(&mut stream, max_bytes).await;
+            return None;
+        }
         let n = tokio::select! {
             r = stream.read(&mut chunk) => r.ok().filter(|n| *n > 0)?,
             _ = tokio::time::sleep_until(deadline) => {
@@ -121,10 +133,12 @@ async fn first_head(
             _ = watch.candidate().evicted() => return None,
         };
         watch.candidate().progressed();
-        // Only the new bytes (and the three before them) can complete the head.
-        let from = head.len().saturating_sub(3);
+        // Only the new bytes (and the two before them) can complete the head.
+        let from = head.len().saturating_sub(2);
         head.extend_from_slice(&chunk[..n]);
-        if head_complete(&head, from) {
+        // An h2c listener's preface check reads 24 bytes before it looks: hand over fewer
+        // and it would wait with no deadline.
+        if head_complete(&head, from) && (!h2c || head.len() >= H2_PREFACE_LEN) {
             break;
         }
     }
@@ -132,11 +146,33 @@ async fn first_head(
     Some(stream)
 }
 
-/// The bytes from `from` on end a request head (or an HTTP/2 preface, which ends the same way).
+/// The bytes from `from` on end a request head: a blank line after a request line (bare LF
+/// line ends count, as for the HTTP parser; leading empty lines do not start a head). An
+/// HTTP/2 preface ends the same way.
 fn head_complete(bytes: &[u8], from: usize) -> bool {
-    bytes
-        .get(from..)
-        .is_some_and(|b| b.windows(4).any(|w| w == b"\r\n\r\n"))
+    let Some(start) = bytes.iter().position(|b| *b != b'\r' && *b != b'\n') else {
+        return false;
+    };
+    let window = &bytes[start.max(from)..];
+    window.windows(2).any(|w| w == b"\n\n") || window.windows(3).any(|w| w == b"\n\r\n")
+}
+
+/// 431 for a first head larger than `limits.max_header_bytes`, then close.
+async fn too_large(stream: &mut TcpStream, limit: usize) {
+    let error = EdgeError::HeadersTooLarge { limit };
+    metrics::get().edge_error(error.kind());
+    let body = error.body(None);
+    let head = format!(
+        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        error.kind().as_str(),
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.flush().await
+    })
+    .await;
 }
 
 #[cfg(test)]
@@ -146,9 +182,15 @@ mod tests {
     #[test]
     fn heads_end_at_the_blank_line() {
         assert!(head_complete(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n", 0));
+        assert!(head_complete(b"GET / HTTP/1.1\nhost: x\n\n", 0), "bare LF");
         assert!(head_complete(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 0));
         assert!(!head_complete(b"POST /mcp HTTP/1.1\r\nHost: x\r\n", 0));
         assert!(!head_complete(b"", 0));
+        assert!(
+            !head_complete(b"\r\n\r\n\r\n", 0),
+            "leading empty lines are no head"
+        );
+        assert!(!head_complete(b"\r\n\r\nGET / HTTP/1.1\r\n", 0));
         assert!(head_complete(b"x\r\n\r\n", 1), "the end may straddle reads");
     }
 }

@@ -117,7 +117,8 @@ fn add_listeners(
             options.h2c = true;
             proxy.server_options = Some(options);
         }
-        let app = connections::ConnectionLimit::new(proxy, runtime.clone(), budget.clone());
+        let app =
+            connections::ConnectionLimit::new(proxy, runtime.clone(), budget.clone(), listener.h2c);
         let mut service =
             Service::new(format!("mcp-edge listener {i} ({})", listener.address), app);
         service.add_tcp(&listener.address.to_string());

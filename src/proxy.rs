@@ -29,6 +29,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use tokio::sync::watch;
 
+use crate::budget::{Holder, STREAM_COST};
 use crate::runtime::{EndpointKind, Runtime};
 use ctx::Ctx;
 pub use limits::Load;
@@ -161,6 +162,12 @@ impl ProxyHttp for Edge {
         if is_sse && !ctx.sse {
             ctx.sse = true;
             crate::metrics::get().sse_streams(ctx.labels.era, 1);
+            if !ctx.slots.iter().any(limits::Slot::is_stream) {
+                // A POST answered with an event stream lives as long as the upstream keeps
+                // it: count what it holds.
+                let room = self.load.budget.force(Holder::Stream, STREAM_COST);
+                ctx.stream_room = Some(room);
+            }
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {

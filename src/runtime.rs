@@ -35,6 +35,8 @@ pub struct Timeouts {
     /// Upstream silence inside an event stream.
     pub stream_idle: Duration,
     pub idle: Duration,
+    /// Idle pooled upstream connections.
+    pub upstream_idle: Duration,
     pub request_body: Duration,
     /// From accept to the end of the first request head.
     pub request_head: Duration,

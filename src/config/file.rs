@@ -47,6 +47,8 @@ pub mod defaults {
     /// An idle event stream (a legacy session's GET stream) stays open a day.
     pub const STREAM_IDLE_MS: NonZeroU64 = long(24 * 3600 * 1000);
     pub const IDLE_MS: NonZeroU64 = long(60_000);
+    /// Below the 5 s keep-alive of the Node and Python SDK servers' HTTP stacks.
+    pub const UPSTREAM_IDLE_MS: NonZeroU64 = long(4_000);
     pub const REQUEST_BODY_MS: NonZeroU64 = long(30_000);
     pub const GRACE_PERIOD_SECONDS: u64 = 5;
     pub const SHUTDOWN_TIMEOUT_SECONDS: u64 = 5;
@@ -166,6 +168,7 @@ pub struct TimeoutsSection {
     pub upstream_read_ms: NonZeroU64,
     pub stream_idle_ms: NonZeroU64,
     pub idle_ms: NonZeroU64,
+    pub upstream_idle_ms: NonZeroU64,
     pub request_body_ms: NonZeroU64,
     pub request_head_ms: NonZeroU64,
 }
@@ -177,6 +180,7 @@ impl Default for TimeoutsSection {
             upstream_read_ms: defaults::UPSTREAM_READ_MS,
             stream_idle_ms: defaults::STREAM_IDLE_MS,
             idle_ms: defaults::IDLE_MS,
+            upstream_idle_ms: defaults::UPSTREAM_IDLE_MS,
             request_body_ms: defaults::REQUEST_BODY_MS,
             request_head_ms: defaults::REQUEST_HEAD_MS,
         }

@@ -137,6 +137,7 @@ fn timeouts(t: &file::TimeoutsSection) -> Timeouts {
         upstream_read: Duration::from_millis(t.upstream_read_ms.get()),
         stream_idle: Duration::from_millis(t.stream_idle_ms.get()),
         idle: Duration::from_millis(t.idle_ms.get()),
+        upstream_idle: Duration::from_millis(t.upstream_idle_ms.get()),
         request_body: Duration::from_millis(t.request_body_ms.get()),
         request_head: Duration::from_millis(t.request_head_ms.get()),
     }

@@ -13,6 +13,10 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+/// Longest id (as JSON text) the edge keeps to echo in its own error answers; a longer one is
+/// answered with `id: null`.
+pub const MAX_ID_BYTES: usize = 1024;
+
 /// `params._meta` key carrying the modern protocol-version claim.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
@@ -227,7 +231,9 @@ impl<'a> Message<'a> {
     /// elements would otherwise cost far more memory than its bytes).
     pub fn id_value(&self) -> Option<serde_json::Value> {
         let raw = self.id?.get();
-        if !raw.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit()) {
+        let echoable = raw.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit());
+        // The id is kept for the whole request (a stream may last a day): a huge one is not.
+        if !echoable || raw.len() > MAX_ID_BYTES {
             return None;
         }
         match serde_json::from_str::<serde_json::Value>(raw) {

@@ -33,6 +33,13 @@ pub async fn read(
     budget: &Arc<Budget>,
 ) -> Result<Body, EdgeError> {
     check_content_type(session.req_header())?;
+    start_reading(session, ctx).await?;
+    read_all(session, &ctx.snapshot, budget).await
+}
+
+/// Answer `Expect: 100-continue` (the client waits for it before it sends the body) and
+/// bound the gaps between body reads.
+async fn start_reading(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeError> {
     if expects_continue(session.req_header()) {
         ctx.answered_continue = true;
         session
@@ -47,7 +54,7 @@ pub async fn read(
     session
         .downstream_session
         .set_read_timeout(Some(timeouts.request_body));
-    read_all(session, &ctx.snapshot, budget).await
+    Ok(())
 }
 
 /// A GET, DELETE or OPTIONS that came with a body: read it (within the same limits) and
@@ -61,10 +68,7 @@ pub async fn discard(
     if session.downstream_session.is_body_empty() {
         return Ok(());
     }
-    let timeouts = ctx.snapshot.timeouts;
-    session
-        .downstream_session
-        .set_read_timeout(Some(timeouts.request_body));
+    start_reading(session, ctx).await?;
     read_all(session, &ctx.snapshot, budget).await?;
     Ok(())
 }
@@ -100,20 +104,22 @@ async fn read_all(
                 if buf.len() + chunk.len() > limit {
                     return Err(EdgeError::BodyTooLarge { limit });
                 }
-                // What the buffer will hold: the declared length at once (within the
-                // limit), else what has arrived.
-                let wanted = match declared {
-                    Some(n) if buf.is_empty() => n.max(chunk.len()),
-                    _ => buf.len() + chunk.len(),
-                };
-                if wanted > reserved {
-                    if !room.grow(wanted - reserved).await {
-                        return Err(BUDGET_FULL);
+                // The buffer grows by doubling with what has arrived (never to what the
+                // client only declared: a trickle must not hold 4 MiB), up to the declared
+                // length, and the budget holds what the buffer holds.
+                let needed = buf.len() + chunk.len();
+                if needed > buf.capacity() {
+                    let ceiling = declared.unwrap_or(limit).clamp(needed, limit);
+                    let capacity = needed.max(buf.capacity() * 2).min(ceiling);
+                    if capacity > reserved {
+                        if !room.grow(capacity - reserved).await {
+                            return Err(BUDGET_FULL);
+                        }
+                        reserved = capacity;
                     }
-                    reserved = wanted;
+                    buf.reserve(capacity - buf.len());
                 }
                 watch.candidate().progressed();
-                buf.reserve(wanted - buf.len());
                 buf.extend_from_slice(&chunk);
                 pace.check(buf.len())?;
             }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::limits::Slot;
 use super::replay::{Handback, Stored};
+use crate::budget::Reservation;
 use crate::error::EdgeError;
 use crate::mcp::{self, rules::Verdict};
 use crate::metrics::EraLabel;
@@ -38,6 +39,8 @@ pub struct Ctx {
     pub body: Stored,
     /// Held for the request's lifetime (released on drop).
     pub slots: Vec<Slot>,
+    /// A response event stream's memory, when admission did not take a stream slot.
+    pub stream_room: Option<Reservation>,
     /// The edge answered `Expect: 100-continue` itself.
     pub answered_continue: bool,
     /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
@@ -57,6 +60,7 @@ impl Ctx {
             handback: None,
             body: Stored::default(),
             slots: Vec::new(),
+            stream_room: None,
             answered_continue: false,
             sse: false,
         }

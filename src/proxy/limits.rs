@@ -63,6 +63,11 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// A stream's slot: it holds a stream's memory in the budget.
+    pub fn is_stream(&self) -> bool {
+        self.room.is_some()
+    }
+
     fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Slot> {
         let previous = counter.fetch_add(1, Ordering::AcqRel);
         // Built before the check so that a refused take is given back on drop too.

@@ -58,7 +58,10 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     // upstream silence is bounded by the replay session instead (`replay::Silence`).
     peer.options.read_timeout = None;
     peer.options.write_timeout = Some(t.upstream_read);
-    peer.options.idle_timeout = Some(t.idle);
+    // Shorter than the servers' own keep-alive (Node and uvicorn: 5 s), so the edge drops an
+    // idle pooled connection before the server closes it under a request that then could
+    // not be sent again.
+    peer.options.idle_timeout = Some(t.upstream_idle);
     ctx.upstream.tried.push(member);
     ctx.upstream.started = Some(Instant::now());
     Box::new(peer)
