@@ -287,3 +287,63 @@ async fn a_slow_honest_upload_completes_and_a_trickle_is_cut() {
     assert!(trickle.starts_with("HTTP/1.1 408"), "trickle: {trickle}");
     assert!(trickle.contains("body_timeout"), "{trickle}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_that_only_declare_a_large_body_hold_what_they_sent() {
+    let member = Mock::start(Behavior::Json).await;
+    let edge = small_budget(member.addr, 2 * 1024 * 1024, "");
+    // Five uploads that each announce 1 MiB and send a few bytes: they hold a few bytes.
+    let mut trickles = Vec::new();
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+        let head = "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1048576\r\n\r\n{\"a\":";
+        s.write_all(head.as_bytes()).await.unwrap();
+        trickles.push(s);
+    }
+    let body = modern_body(
+        json!(7),
+        "tools/call",
+        json!({"name": "t", "arguments": {"x": "y".repeat(512 * 1024)}}),
+    );
+    wait_until(
+        PATIENCE,
+        "the trickling uploads' first bytes to be read",
+        async || metric(&edge, "mcp_edge_memory_budget_used_bytes").await > 0.0,
+    )
+    .await;
+    let resp = modern_request(&client(), &edge.url(), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        200,
+        "a real body was refused beside five announcements"
+    );
+    drop(trickles);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_head_past_the_limit_is_answered_431() {
+    let member = Mock::start(Behavior::Json).await;
+    let edge = start_edge(&unchecked_pool_and_route(&[member.addr], ""));
+    let mut s = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
+    let mut head = String::from("POST /mcp HTTP/1.1\r\nhost: x\r\n");
+    while head.len() < 40 * 1024 {
+        head.push_str("x-filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    let _ = s.write_all(head.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(
+        PATIENCE,
+        tokio::io::AsyncReadExt::read_to_end(&mut s, &mut out),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+    assert!(
+        text.contains("x-mcp-edge-error: headers_too_large"),
+        "{text}"
+    );
+    assert_eq!(member.heads(), 0);
+}
