@@ -4,7 +4,8 @@
 //!
 //! Every holder takes a [`Reservation`] (released on drop) before it grows. When the budget is
 //! full the edge pushes back instead of growing: it first closes the oldest *stalled* holders
-//! (connections still sending their first request head, uploads that stopped making progress),
+//! (connections still sending their first request head, uploads that stopped making progress,
+//! kept-alive connections between requests),
 //! then refuses the new work (a connection is closed; a body or stream gets 503 `overloaded`
 //! with `Retry-After`). Well-behaved requests finish in milliseconds, so they are rarely the
 //! oldest stalled holders.
@@ -56,9 +57,23 @@ pub struct Candidate {
     progress_ms: AtomicU64,
     evicted: Notify,
     gone: std::sync::atomic::AtomicBool,
+    /// Serving a request: never closed for room.
+    busy: std::sync::atomic::AtomicBool,
 }
 
 impl Candidate {
+    /// A request started on this holder (a kept-alive connection): not a candidate until
+    /// [`Candidate::idle`].
+    pub fn busy(&self) {
+        self.busy.store(true, Ordering::Relaxed);
+    }
+
+    /// The request ended: the holder is idle from now on.
+    pub fn idle(&self) {
+        self.progressed();
+        self.busy.store(false, Ordering::Relaxed);
+    }
+
     /// The holder made progress (bytes arrived): not stalled for a while.
     pub fn progressed(&self) {
         let ms = self.since.elapsed().as_millis() as u64;
@@ -71,6 +86,9 @@ impl Candidate {
     }
 
     fn is_stalled(&self, now: Instant) -> bool {
+        if self.busy.load(Ordering::Relaxed) {
+            return false;
+        }
         let last = self.since + Duration::from_millis(self.progress_ms.load(Ordering::Relaxed));
         now.saturating_duration_since(last) >= STALLED_AFTER
     }
@@ -205,6 +223,7 @@ impl Budget {
             progress_ms: AtomicU64::new(0),
             evicted: Notify::new(),
             gone: std::sync::atomic::AtomicBool::new(false),
+            busy: std::sync::atomic::AtomicBool::new(false),
         });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut list) = self.stalled.lock() {

@@ -24,7 +24,7 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::budget::{Budget, Eviction, Holder, CONNECTION_COST};
+use crate::budget::{Budget, Eviction, Holder, Watch, CONNECTION_COST};
 use crate::error::{EdgeError, ErrorKind, ERROR_HEADER};
 use crate::metrics;
 use crate::runtime::Runtime;
@@ -81,7 +81,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             .reserve(Holder::Connection, CONNECTION_COST)
             .await?;
         let t = &snapshot;
-        let session = first_head(
+        let (session, http2) = first_head(
             session,
             &self.budget,
             t.timeouts.request_head,
@@ -89,7 +89,19 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             self.h2c,
         )
         .await?;
-        self.inner.process_new(session, shutdown).await
+        if http2 {
+            // Its streams run in tasks of their own: no per-request marks reach it here.
+            return self.inner.process_new(session, shutdown).await;
+        }
+        // Between requests a kept-alive connection may be closed for room; `request_started`
+        // and `request_ended` (called by the proxy, in this task) say when it is busy.
+        let idle = Arc::new(self.budget.watch(Eviction::IdleConnection));
+        idle.candidate().busy();
+        let serve = CONNECTION.scope(idle.clone(), self.inner.process_new(session, shutdown));
+        tokio::select! {
+            r = serve => r,
+            _ = idle.candidate().evicted() => None,
+        }
     }
 
     async fn cleanup(&self) {
@@ -99,20 +111,37 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
 
 /// The HTTP/2 connection preface: Pingora's h2c detection reads this many bytes at once.
 const H2_PREFACE_LEN: usize = 24;
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
+tokio::task_local! {
+    /// The kept-alive HTTP/1 connection this task serves.
+    static CONNECTION: Arc<Watch>;
+}
+
+/// A request started on this task's connection (the proxy's `request_filter`).
+pub fn request_started() {
+    let _ = CONNECTION.try_with(|c| c.candidate().busy());
+}
+
+/// The request ended (the proxy's `logging`): the connection is idle until the next one.
+pub fn request_ended() {
+    let _ = CONNECTION.try_with(|c| c.candidate().idle());
+}
 
 /// Read until the first request head is complete, then give the bytes back to the stream for
 /// Pingora. `None`: the connection is to be closed (the client left, the deadline passed,
-/// the head was too large — answered 431 — or the budget needed the room).
+/// the head was too large — answered 431 — or the budget needed the room); `true` beside
+/// the stream: the client speaks HTTP/2.
 async fn first_head(
     session: Stream,
     budget: &Arc<Budget>,
     deadline: Duration,
     max_bytes: usize,
     h2c: bool,
-) -> Option<Stream> {
+) -> Option<(Stream, bool)> {
     if !session.as_any().is::<TcpStream>() {
         // Not a plain TCP stream (TLS, say): Pingora's own reads apply.
-        return Some(session);
+        return Some((session, true));
     }
     let mut stream = session.into_any().downcast::<TcpStream>().ok()?;
     let watch = budget.watch(Eviction::StalledHead);
@@ -142,8 +171,9 @@ async fn first_head(
             break;
         }
     }
+    let http2 = head.starts_with(H2_PREFACE);
     stream.rewind(&head);
-    Some(stream)
+    Some((stream, http2))
 }
 
 /// The bytes from `from` on end a request head: a blank line after a request line (bare LF

@@ -130,6 +130,8 @@ pub enum Eviction {
     StalledHead,
     /// An upload that stopped making progress.
     StalledUpload,
+    /// A kept-alive HTTP/1 connection between requests.
+    IdleConnection,
 }
 
 /// Label value of any of the label enums above.

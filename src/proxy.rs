@@ -69,6 +69,7 @@ impl ProxyHttp for Edge {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        crate::connections::request_started();
         match admit::admit(session, ctx, &self.load).await {
             Ok(admission) => {
                 ctx.admitted = Some(admission.admitted);
@@ -239,6 +240,7 @@ impl ProxyHttp for Edge {
             let _ = session.downstream_session.finish_body().await;
         }
         access_log::finish(session, ctx);
+        crate::connections::request_ended();
     }
 }
 

@@ -347,3 +347,28 @@ async fn a_first_head_past_the_limit_is_answered_431() {
     );
     assert_eq!(member.heads(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kept_alive_connections_make_room_for_new_ones() {
+    let member = Mock::start(Behavior::Json).await;
+    // Room for about twenty connections; thirty clients each keep theirs open after a call.
+    let edge = small_budget(member.addr, 20 * 48 * 1024, "");
+    let body = modern_body(json!(1), "tools/list", json!({}));
+    let mut idle = Vec::new();
+    for round in 0..30 {
+        // Once the earlier connections have been idle a moment, a new client gets in.
+        let c = client();
+        wait_until(PATIENCE, &format!("client {round} served"), async || {
+            let resp = modern_request(&c, &edge.url(), &body).send().await;
+            resp.is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        idle.push(c);
+    }
+    let evicted = metric(
+        &edge,
+        "mcp_edge_memory_evictions_total{reason=\"idle_connection\"}",
+    )
+    .await;
+    assert!(evicted >= 1.0, "no idle connection was closed for room");
+}
