@@ -11,7 +11,8 @@
 //! oldest stalled holders.
 //!
 //! Costs are estimates, measured on Pingora 0.9.1 (docs/security.md): a connection inside
-//! Pingora's HTTP session ≈ 45 KiB, an idle event stream ≈ 70 KiB, a body its bytes.
+//! Pingora's HTTP session ≈ 45 KiB, an idle event stream ≈ 70 KiB with its connection, a body
+//! its bytes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -28,9 +29,10 @@ pub use crate::metrics::{Eviction, Holder};
 /// What a client connection costs from accept to close (Pingora's HTTP session state, the
 /// task, socket buffers): measured at about 45 KiB per stalled head.
 pub const CONNECTION_COST: usize = 48 * 1024;
-/// What an open long-lived stream costs besides its connection (response buffers, the proxy
-/// task): about 70 KiB when idle (docs/benchmarks.md).
-pub const STREAM_COST: usize = 72 * 1024;
+/// What an open long-lived stream costs besides its connection (the upstream connection, the
+/// response body buffer): a whole idle stream measures about 70 KiB (docs/benchmarks.md, P4),
+/// of which about 45 KiB is its client connection, already counted as such.
+pub const STREAM_COST: usize = 32 * 1024;
 /// A holder counts as stalled once it has made no progress for this long.
 const STALLED_AFTER: Duration = Duration::from_millis(500);
 /// How long work waits for the room closed holders give back before it is refused.
