@@ -94,7 +94,10 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     let body = modern_body(json!(9), "subscriptions/listen", json!({}));
     wait_metric(
         &edge,
-        &format!("mcp_edge_pool_members{{pool=\"{}\"}}", edge.pools.name("dns")),
+        &format!(
+            "mcp_edge_pool_members{{pool=\"{}\"}}",
+            edge.pools.name("dns")
+        ),
         1.0,
     )
     .await;

@@ -29,16 +29,23 @@ async fn core_series_move_by_exactly_this_tests_traffic() {
         mock.addr, sse.addr
     ));
     let pool = &edge.pool;
-    let requests = |method: &str, outcome: &str| {
-        format!("mcp_edge_requests_total{{era=\"modern\",method=\"{method}\",outcome=\"{outcome}\",route=\"/mcp\"}}")
+    let requests = |era: &str, method: &str, outcome: &str| {
+        format!("mcp_edge_requests_total{{era=\"{era}\",method=\"{method}\",outcome=\"{outcome}\",route=\"/mcp\"}}")
+    };
+    let durations = |era: &str| {
+        format!("mcp_edge_request_duration_seconds_count{{era=\"{era}\",route=\"/mcp\"}}")
     };
     // Each series, and how much this test's traffic must move it.
     let moves = [
-        (requests("tools/list", "forwarded"), 3.0),
+        (requests("modern", "tools/list", "forwarded"), 3.0),
         // A method nobody knows is counted, as `other`, never as itself.
-        (requests("other", "forwarded"), 1.0),
-        (requests("tools/call", "rejected"), 1.0),
-        ("mcp_edge_errors_total{kind=\"header_mismatch_name\"}".into(), 1.0),
+        (requests("modern", "other", "forwarded"), 1.0),
+        // A request the rules refuse is counted before its body is believed.
+        (requests("unknown", "none", "rejected"), 1.0),
+        (
+            "mcp_edge_errors_total{kind=\"header_mismatch_name\"}".into(),
+            1.0,
+        ),
         (
             format!(
                 "mcp_edge_upstream_responses_total{{class=\"2xx\",member=\"{}\",pool=\"{pool}\"}}",
@@ -46,11 +53,12 @@ async fn core_series_move_by_exactly_this_tests_traffic() {
             ),
             4.0,
         ),
-        (format!("mcp_edge_upstream_response_seconds_count{{pool=\"{pool}\"}}"), 4.0),
         (
-            "mcp_edge_request_duration_seconds_count{era=\"modern\",route=\"/mcp\"}".into(),
-            5.0,
+            format!("mcp_edge_upstream_response_seconds_count{{pool=\"{pool}\"}}"),
+            4.0,
         ),
+        (durations("modern"), 4.0),
+        (durations("unknown"), 1.0),
     ];
     let mut before = Vec::new();
     for (series, _) in &moves {
@@ -111,13 +119,22 @@ async fn core_series_move_by_exactly_this_tests_traffic() {
     {
         chunk.unwrap();
     }
-    wait_until(PATIENCE, "the ended stream to leave the gauge", async || {
-        metric(&edge, gauge).await == idle
-    })
+    wait_until(
+        PATIENCE,
+        "the ended stream to leave the gauge",
+        async || metric(&edge, gauge).await == idle,
+    )
     .await;
 
     assert_eq!(
-        metric(&edge, &format!("mcp_edge_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"))).await,
+        metric(
+            &edge,
+            &format!(
+                "mcp_edge_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        )
+        .await,
         1.0
     );
     for path in ["healthz", "readyz"] {

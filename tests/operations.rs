@@ -48,8 +48,9 @@ async fn active_checks_take_a_dead_member_out_and_bring_it_back() {
     ));
     let pool = &edge.pool;
     let gauge = format!("mcp_edge_member_healthy{{member=\"{dead_addr}\",pool=\"{pool}\"}}");
-    let failures =
-        format!("mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"{pool}\"}}");
+    let failures = format!(
+        "mcp_edge_upstream_connect_failures_total{{member=\"{dead_addr}\",pool=\"{pool}\"}}"
+    );
     // Marked unhealthy by the checker (the gauge reads 0 and the member gets no traffic).
     wait_until(PATIENCE, "the dead member marked unhealthy", async || {
         scrape(&edge).await.contains(&format!("{gauge} 0"))

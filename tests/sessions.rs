@@ -424,7 +424,11 @@ async fn a_restarted_edge_loses_nothing_and_keys_rotate() {
     // The old key is removed: old tokens get 404, the client re-initialises and carries on.
     edge.handle.stop();
     drop(edge);
-    let edge = start_edge_with(port, &format!("{}{pool}", ring(&format!("2:{KEY_B}"))), pools);
+    let edge = start_edge_with(
+        port,
+        &format!("{}{pool}", ring(&format!("2:{KEY_B}"))),
+        pools,
+    );
     let stale = client()
         .post(edge.url())
         .header("content-type", "application/json")

@@ -81,9 +81,8 @@ async fn bad_tokens_get_404_and_never_reach_the_upstream() {
 
     // Every byte flipped (all bits of it), over HTTP.
     let raw = URL_SAFE_NO_PAD.decode(&good).unwrap();
-    let failures = |reason: &str| {
-        format!("mcp_edge_session_token_failures_total{{reason=\"{reason}\"}}")
-    };
+    let failures =
+        |reason: &str| format!("mcp_edge_session_token_failures_total{{reason=\"{reason}\"}}");
     let mut before = Vec::new();
     for reason in ["malformed", "unknown_key", "forged"] {
         before.push(metric(&edge, &failures(reason)).await);

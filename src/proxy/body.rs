@@ -105,12 +105,16 @@ async fn read_all(
                     return Err(EdgeError::BodyTooLarge { limit });
                 }
                 // The buffer grows by doubling with what has arrived (never to what the
-                // client only declared: a trickle must not hold 4 MiB), up to the declared
-                // length, and the budget holds what the buffer holds.
+                // client only declared: a trickle must not hold 4 MiB); once a quarter of the
+                // declared length is here it takes the rest at once (no last copy of a
+                // half-size buffer). The budget holds what the buffer holds.
                 let needed = buf.len() + chunk.len();
                 if needed > buf.capacity() {
                     let ceiling = declared.unwrap_or(limit).clamp(needed, limit);
-                    let capacity = needed.max(buf.capacity() * 2).min(ceiling);
+                    let capacity = match declared {
+                        Some(_) if needed * 4 >= ceiling => ceiling,
+                        _ => needed.max(buf.capacity() * 2).min(ceiling),
+                    };
                     if capacity > reserved {
                         if !room.grow(capacity - reserved).await {
                             return Err(BUDGET_FULL);
