@@ -35,14 +35,30 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 /// Between two looks at a condition.
 const POLL: Duration = Duration::from_millis(20);
 
-/// A port that was free a moment ago (for the edge's own listeners, bound at once; never use
-/// it as a dead member, see [`refusing`]).
+/// A port for an edge's own listener, bound by the edge at once (never use it as a dead
+/// member, see [`refusing`]).
+///
+/// Pingora binds its listeners with `SO_REUSEPORT`, so two in-process edges that were handed
+/// the same "free" port would both bind it and the kernel would share connections between
+/// them: one test's request answered by another test's edge. So each process hands out ports
+/// once, from a range below the kernel's ephemeral range (where clients' and other servers'
+/// port-0 sockets live), checking each is free.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Processes run one after another, but start apart so that a port a previous test binary
+    // left in TIME_WAIT is not the first one tried.
+    let offset = std::process::id() % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (offset + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN);
 }
 
 /// Wait until `ready` holds, looking again every few milliseconds; panic naming `what` if it
