@@ -170,8 +170,13 @@ async fn a_body_past_the_budget_gets_503_with_retry_after_and_is_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_heads_make_room_for_a_well_behaved_client() {
     let member = Mock::start(Behavior::Json).await;
-    // Room for about twenty connections.
-    let edge = small_budget(member.addr, 20 * 48 * 1024, "");
+    // Room for about twenty connections; the head deadline far away, so that only the budget
+    // closes the stalled heads (however slowly this busy machine opens them).
+    let edge = small_budget(
+        member.addr,
+        20 * 48 * 1024,
+        "[timeouts]\nrequest_head_ms = 600000\n",
+    );
     let mut held = stalled_heads(edge.port, 40).await;
     let body = modern_body(json!(1), "tools/list", json!({}));
     // Once the heads count as stalled, a new client gets in: the oldest stalled go.
