@@ -3,8 +3,10 @@
 docs/benchmarks.md). Stdlib only. Every figure is a median over rounds that alternate the
 targets, and is reported as a ratio to a baseline measured in the same run."""
 
+import datetime
 import json
 import os
+import select
 import re
 import shutil
 import signal
@@ -23,9 +25,12 @@ QUICK = "--quick" in sys.argv
 IN_CI = os.environ.get("CI", "") not in ("", "0", "false", "False", "FALSE")
 DURATION = 2 if QUICK else 10
 ROUNDS = 1 if QUICK else 3
-# 10,000 is the target, but each process here may hold at most 20,000 descriptors (a hard
-# limit the container does not let us raise) and a proxy needs two per stream.
-STREAMS = 200 if QUICK else 9_900
+# P4 holds the same number of idle streams through every proxy, with mcp-edge on its
+# production defaults: `limits.max_streams` = 4,000 and a 256 MiB memory budget (no container
+# limit here) reserving 48 KiB per connection + 32 KiB per stream, room for 3,276 idle streams.
+# 3,000 fits both, and fits the 20,000 descriptors a process may hold here (two per stream).
+# Every proxy must hold every stream, or the run fails.
+STREAMS = 200 if QUICK else 3_000
 META = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
 CALL = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"},%s}}' % ("x" * 900, META)
 LEGACY_CALL = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}' % ("x" * 900)
@@ -72,6 +77,31 @@ def cleanup(*_):
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def command_out(cmd):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        return (p.stdout + p.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def metric(port, name):
+    """One unlabelled series from the edge's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    m = re.search(r"^" + re.escape(name) + r"(?:\{\})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def metric_sum(port, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(v) for v in re.findall(r"^" + re.escape(name) + r"(?:\{[^}]*\})? (\S+)$", text, re.M))
 
 
 def rss_kib(pid):
@@ -133,12 +163,23 @@ def terminated(*_):
 def main():
     signal.signal(signal.SIGTERM, terminated)
     work = tempfile.mkdtemp(prefix="mcp-edge-bench-")
-    results = {}
+    results = {"meta": {
+        "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": command_out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+        "command": "bash bench/run.sh" + (" --quick" if QUICK else ""),
+        "cpu": command_out(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
+        "cores": os.cpu_count(),
+        "load_start": loadavg(),
+        "nginx": command_out(["nginx", "-v"]),
+        "haproxy": command_out(["haproxy", "-v"]),
+        "wrk": command_out(["wrk", "-v"]),
+    }}
     try:
         run(work, results)
     finally:
         cleanup()
         shutil.rmtree(work, ignore_errors=True)
+    results["meta"]["load_end"] = loadavg()
     report(results)
 
 
@@ -150,13 +191,16 @@ def start_upstream():
 
 
 def start_proxies(work, upstream, tag):
-    ports = {name: free_port() for name in ("edge", "nginx", "haproxy", "pingora")}
+    ports = {name: free_port() for name in ("edge", "admin", "nginx", "haproxy", "pingora")}
     keys = os.path.join(work, "keys")
     with open(keys, "w") as f:
         f.write("1:" + __import__("base64").b64encode(os.urandom(32)).decode() + "\n")
     conf = os.path.join(work, f"edge-{tag}.toml")
     with open(conf, "w") as f:
+        # Production defaults except one worker thread (like the other proxies) and an admin
+        # listener, read during P4 for the memory budget.
         f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{ports['edge']}"\n
+[metrics]\naddress = "127.0.0.1:{ports['admin']}"\n
 [sessions]\nkeys_file = "{keys}"\n\n[[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
 [[routes]]\npath = "/mcp"\npool = "bench"\n""")
     edge = start([os.path.join(REL, "mcp-edge"), "--config", conf], env={**os.environ, "RUST_LOG": "warn"})
@@ -175,10 +219,10 @@ http {{\n  access_log off;\n  upstream u {{ server 127.0.0.1:{upstream}; keepali
   timeout client 1h\n  timeout server 1h\n  http-reuse always\nfrontend f\n  bind 127.0.0.1:{ports['haproxy']}
   default_backend b\nbackend b\n  server s1 127.0.0.1:{upstream}\n""")
     haproxy = start(["haproxy", "-f", haproxy_conf, "-db"])
-    start([os.path.join(REL, "examples", "plain_pingora"), str(ports["pingora"]), str(upstream)])
+    pingora = start([os.path.join(REL, "examples", "plain_pingora"), str(ports["pingora"]), str(upstream)])
     for p in ports.values():
         wait_port(p)
-    return ports, {"edge": edge, "nginx": nginx, "haproxy": haproxy}
+    return ports, {"edge": edge, "nginx": nginx, "haproxy": haproxy, "pingora": pingora}
 
 
 def run(work, results):
@@ -211,25 +255,35 @@ def run(work, results):
                             for conns in (1, 64)} for kind, rs in p6.items()}
 
     # P4: idle SSE streams held through each proxy; resident memory per stream.
+    results["meta"]["load_p4"] = loadavg()
     results["p4"] = {}
-    for name in ("mcp-edge", "nginx", "haproxy"):
-        pid = pids[name.replace("mcp-", "")].pid
+    for name, key in (("mcp-edge", "edge"), ("nginx", "nginx"), ("haproxy", "haproxy"),
+                      ("plain pingora", "pingora")):
+        pid = pids[key].pid
         if name == "nginx":
             # The worker holds the connections.
             kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
             pid = int(kids[0]) if kids else pid
         before = rss_kib(pid)
-        holder = start([os.path.join(REL, "examples", "sse_hold"), f"127.0.0.1:{ports[name.replace('mcp-', '')]}",
+        holder = start([os.path.join(REL, "examples", "sse_hold"), f"127.0.0.1:{ports[key]}",
                         "/mcp", str(STREAMS), "600"])
-        line = holder.stdout.readline()
+        # A stream the proxy refuses can leave sse_hold waiting: bound the wait.
+        ready, _, _ = select.select([holder.stdout], [], [], 180)
+        line = holder.stdout.readline() if ready else "(no answer within 180 s)"
         held = int(line.split()[1]) if line.startswith("HOLDING") else 0
-        # Fewer streams than asked may fit a full run's descriptor limit; none never does, and
-        # the quick run (the harness check) must hold every one.
-        if held == 0 or (QUICK and held != STREAMS):
+        if held != STREAMS:
             sys.exit(f"P4 {name}: held {held} of {STREAMS} streams ({line.strip()!r})")
         time.sleep(1)
         after = rss_kib(pid)
-        results["p4"][name] = {"streams": held, "kib_per_stream": (after - before) / max(held, 1)}
+        results["p4"][name] = {"streams": held, "kib_per_stream": (after - before) / held}
+        if name == "mcp-edge":
+            used = metric(ports["admin"], "mcp_edge_memory_budget_used_bytes")
+            limit = metric(ports["admin"], "mcp_edge_memory_budget_bytes")
+            refused = metric_sum(ports["admin"], "mcp_edge_memory_budget_refusals_total")
+            if used is None or limit is None:
+                sys.exit("P4 mcp-edge: the memory budget series are missing from /metrics")
+            results["p4"][name].update(budget_used_mib=used / 2**20, budget_mib=limit / 2**20,
+                                       budget_refusals=refused)
         holder.send_signal(signal.SIGINT)
         holder.wait()
         time.sleep(1)
@@ -268,8 +322,8 @@ def report(r):
                + f" | {c['mcp-edge']['rps'] / c['nginx']['rps']:.2f}× |")
     p4 = r["p4"]
     out.append("| P4 idle SSE streams: KiB per stream (streams held) | – | "
-               + " | ".join(f"{p4[n]['kib_per_stream']:.1f} ({p4[n]['streams']})" for n in ("mcp-edge", "nginx", "haproxy"))
-               + f" | – | {p4['mcp-edge']['kib_per_stream'] / max(p4['nginx']['kib_per_stream'], 1e-9):.2f}× |")
+               + " | ".join(f"{p4[n]['kib_per_stream']:.1f} ({p4[n]['streams']})" for n in names)
+               + f" | {p4['mcp-edge']['kib_per_stream'] / max(p4['nginx']['kib_per_stream'], 1e-9):.2f}× |")
     p6 = r["p6"]
     for conns in (1, 64):
         m, l = p6["modern"][conns], p6["legacy"][conns]
@@ -281,11 +335,25 @@ def report(r):
                    + " | ".join(f"{t[n]['rps']:.0f}" for n in names)
                    + f" | {t['mcp-edge']['rps'] / t['nginx']['rps']:.2f}× |")
     table = "\n".join(out)
+    m = r["meta"]
+    e4 = p4["mcp-edge"]
+    head = (f"`{m['command']}` at commit {m['commit']}, started {m['started']}\n"
+            f"machine: {m['cores']} cores, {m['cpu']}; load average (1, 5, 15 min) at the start "
+            f"{m['load_start']}, before P4 {m['load_p4']}, at the end {m['load_end']}\n"
+            f"{m['nginx']}; {m['haproxy']}; {m['wrk']}\n"
+            f"rounds={ROUNDS} duration={DURATION}s streams={STREAMS}; P4 mcp-edge memory budget: "
+            f"{e4['budget_used_mib']:.0f} of {e4['budget_mib']:.0f} MiB reserved while holding, "
+            f"{e4['budget_refusals']:.0f} refusals\n")
+    micro = os.path.join(ROOT, "bench", "results", "micro.txt")
+    if not QUICK and os.path.exists(micro):
+        head += "\nmicro-benchmarks (cargo bench --bench tokens, --bench inspect, same run):\n\n```\n" \
+            + open(micro).read().strip() + "\n```\n"
+    print(head)
     print(table)
     print("\nraw medians:", json.dumps(r, indent=1))
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "latest.md"), "w") as f:
-        f.write(f"rounds={ROUNDS} duration={DURATION}s streams={STREAMS}\n\n{table}\n\n```json\n{json.dumps(r, indent=1)}\n```\n")
+        f.write(f"{head}\n{table}\n\n```json\n{json.dumps(r, indent=1)}\n```\n")
 
 
 if __name__ == "__main__":
