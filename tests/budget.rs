@@ -78,7 +78,16 @@ async fn stalled_uploads(port: u16, n: usize, size: usize) -> Vec<TcpStream> {
 async fn stalled_heads_and_uploads_stay_inside_the_deployment_limit() {
     let member = Mock::start(Behavior::Json).await;
     let (edge, metrics_port) = edge(member.addr, "", &[]);
+    let (base, _) = memory(edge.child.id());
     let heads = stalled_heads(edge.port, 9000).await;
+    let (with_heads, _) = memory(edge.child.id());
+    eprintln!(
+        "baseline RSS {} MiB; {} stalled heads hold {} MiB ({} B each, most closed for room)",
+        base / MIB,
+        heads.len(),
+        with_heads.saturating_sub(base) / MIB,
+        with_heads.saturating_sub(base) / heads.len().max(1) as u64
+    );
     let uploads = stalled_uploads(edge.port, 200, 3 * 1024 * 1024 + 512 * 1024).await;
     // Meanwhile a well-behaved client is served promptly.
     let c = client();
@@ -376,4 +385,26 @@ async fn idle_kept_alive_connections_make_room_for_new_ones() {
     )
     .await;
     assert!(evicted >= 1.0, "no idle connection was closed for room");
+}
+
+/// What a connection still sending its first head costs, now that the edge reads that head
+/// itself: well under Pingora's session state (≈ 45 KiB per stalled head when Pingora held
+/// them, measured by this test's predecessor on commit 56c4f4a).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_head_costs_less_than_a_pingora_session() {
+    const HEADS: usize = 2000;
+    let member = Mock::start(Behavior::Json).await;
+    // A budget large enough that none is closed for room.
+    let (edge, _) = edge(
+        member.addr,
+        "[limits]\nmemory_budget_bytes = 1073741824\n",
+        &[],
+    );
+    let (base, _) = memory(edge.child.id());
+    let heads = stalled_heads(edge.port, HEADS).await;
+    assert_eq!(heads.len(), HEADS);
+    let (now, _) = memory(edge.child.id());
+    let each = now.saturating_sub(base) / HEADS as u64;
+    eprintln!("{HEADS} stalled heads: {} B each", each);
+    assert!(each < 40 * 1024, "a stalled head costs {each} B");
 }
