@@ -275,31 +275,10 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
             (0, "initialize", initialize()["params"].clone()),
             (1, "tools/call", json!({"name":"whoami","arguments":{}})),
         ] {
-            let resp = client()
-                .post(&post_url)
-                .header("content-type", "application/json")
-                .body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), 202, "python={python} {method}");
+            let status = post_message(&post_url, id, method, params).await;
+            assert_eq!(status, 202, "python={python} {method}");
             // The reply arrives on the stream held through edge A.
-            let reply = tokio::time::timeout(PATIENCE, async {
-                loop {
-                    let chunk = stream.next().await.unwrap().unwrap();
-                    seen.push_str(&String::from_utf8_lossy(&chunk));
-                    let found = seen
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("data: "))
-                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                        .find(|v| v["id"] == id);
-                    if let Some(v) = found {
-                        return v;
-                    }
-                }
-            })
-            .await
-            .expect("reply never arrived on the stream");
+            let reply = reply_on_stream(&mut stream, &mut seen, id).await;
             if method == "tools/call" {
                 let who = reply["result"]["content"][0]["text"]
                     .as_str()
@@ -500,33 +479,51 @@ async fn a_silent_http_sse_stream_outlives_the_read_timeout() {
         (0, "initialize", initialize()["params"].clone()),
         (1, "tools/call", json!({"name":"whoami","arguments":{}})),
     ] {
-        let resp = client()
-            .post(&post_url)
-            .header("content-type", "application/json")
-            .body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 202, "{method}");
-        let reply = tokio::time::timeout(PATIENCE, async {
-            loop {
-                let chunk = stream.next().await.unwrap().unwrap();
-                seen.push_str(&String::from_utf8_lossy(&chunk));
-                let found = seen
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data: "))
-                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                    .find(|v| v["id"] == id);
-                if let Some(v) = found {
-                    return v;
-                }
-            }
-        })
-        .await
-        .expect("the reply never arrived on the stream");
+        assert_eq!(
+            post_message(&post_url, id, method, params).await,
+            202,
+            "{method}"
+        );
+        let reply = reply_on_stream(&mut stream, &mut seen, id).await;
         assert!(reply.get("result").is_some(), "{method}: {reply}");
         if method == "initialize" {
             legacy_notify(&post_url).await;
         }
     }
+}
+
+/// POST one legacy JSON-RPC message to an HTTP+SSE messages URL; the status.
+async fn post_message(url: &str, id: i64, method: &str, params: Value) -> u16 {
+    client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Read the event stream until the message answering `id` arrives (within PATIENCE).
+async fn reply_on_stream<S>(stream: &mut S, seen: &mut String, id: i64) -> Value
+where
+    S: futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let chunk = stream.next().await.unwrap().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            let found = seen
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| v["id"] == id);
+            if let Some(v) = found {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("the reply never arrived on the stream")
 }
