@@ -237,27 +237,8 @@ async fn an_http_sse_stream_through_edge_a_gets_replies_to_posts_through_edge_b(
             &[&a, &b],
             &format!("prefix = \"/team\"\n{sse_route}"),
         ));
-        let resp = client()
-            .get(format!("http://127.0.0.1:{}/team/sse", edge_a.port))
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let mut stream = resp.bytes_stream();
-        let mut seen = String::new();
-        while !seen.contains("event: endpoint")
-            || !seen.contains("\n\n") && !seen.contains("\r\n\r\n")
-        {
-            seen.push_str(&String::from_utf8_lossy(
-                &stream.next().await.unwrap().unwrap(),
-            ));
-        }
-        let data = seen
-            .lines()
-            .find_map(|l| l.strip_prefix("data: "))
-            .unwrap()
-            .to_string();
+        let url = format!("http://127.0.0.1:{}/team/sse", edge_a.port);
+        let (mut stream, mut seen, data) = open_sse(&url).await;
         assert!(data.starts_with("/team/messages"), "prefix added: {data}");
         // TypeScript names the parameter `sessionId`, Python `session_id`.
         let token = data
@@ -453,21 +434,8 @@ async fn a_silent_http_sse_stream_outlives_the_read_timeout() {
             "sse_path = \"/sse\"\nmessages_path = \"/messages\"\n"
         )
     ));
-    let resp = client()
-        .get(format!("http://127.0.0.1:{}/sse", edge.port))
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut stream = resp.bytes_stream();
-    let mut seen = String::new();
-    while !seen.contains("event: endpoint") || !seen.contains("\n\n") {
-        seen.push_str(&String::from_utf8_lossy(
-            &stream.next().await.unwrap().unwrap(),
-        ));
-    }
-    let path = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+    let url = format!("http://127.0.0.1:{}/sse", edge.port);
+    let (mut stream, mut seen, path) = open_sse(&url).await;
     let post_url = format!("http://127.0.0.1:{}{path}", edge.port);
     // Silence: nothing arrives for ten read timeouts, and the stream neither ends nor fails.
     let silence = Duration::from_millis(3000);
@@ -526,4 +494,39 @@ where
     })
     .await
     .expect("the reply never arrived on the stream")
+}
+
+/// GET an HTTP+SSE stream and read up to its `endpoint` event: the stream, what was read,
+/// and the messages URL (path and query) the event announced.
+async fn open_sse(
+    url: &str,
+) -> (
+    impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    String,
+    String,
+) {
+    let resp = client()
+        .get(url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{url}");
+    let mut stream = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("event: endpoint") || !seen.contains("\n\n") && !seen.contains("\r\n\r\n")
+    {
+        let chunk = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("no endpoint event")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let data = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap()
+        .to_string();
+    (stream, seen, data)
 }
