@@ -128,7 +128,18 @@ def to_us(v):
     return n * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
 
 
-def wrk(url, script, conns):
+def cpu_ticks(pid):
+    """User + system CPU time of a process so far, in clock ticks (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url, script, conns, pid=None):
+    before = cpu_ticks(pid) if pid else 0
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{DURATION}s", "--latency", "-s", script, url],
                          capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -140,19 +151,32 @@ def wrk(url, script, conns):
     socket_errors = re.search(r"Socket errors: connect (\d+)", out)
     if socket_errors and int(socket_errors.group(1)) > 0:
         sys.exit(f"{url}: {socket_errors.group(1)} connections refused\n{out}")
-    if not re.search(r"\s([1-9]\d*) requests in ", out):
+    done = re.search(r"\s([1-9]\d*) requests in ", out)
+    if not done:
         sys.exit(f"{url}: no request completed\n{out}")
-    return {"rps": rps, "p50": p50, "p99": p99}
+    r = {"rps": rps, "p50": p50, "p99": p99}
+    if pid:
+        # CPU the proxy spent per request: steadier than throughput on a shared machine.
+        r["cpu_us"] = (cpu_ticks(pid) - before) * 1e6 / TICK / int(done.group(1))
+    return r
 
 
-def measure(targets, script, conns):
-    """Alternate targets for ROUNDS rounds; median of each figure per target."""
+def measure(targets, script, conns, pids=None):
+    """Alternate targets for ROUNDS rounds; median of each figure per target. With `pids`
+    (target name -> process), also the process's CPU time per request."""
+    pids = pids or {}
     runs = {name: [] for name in targets}
     for _ in range(ROUNDS):
         for name, url in targets.items():
-            runs[name].append(wrk(url, script, conns))
-    return {name: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99")}
+            runs[name].append(wrk(url, script, conns, pids.get(name)))
+    return {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             for name, rs in runs.items()}
+
+
+def serving_pid(proc):
+    """The process that holds the connections: nginx's worker, else the process itself."""
+    kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    return int(kids[0]) if proc.args[0] == "nginx" and kids else proc.pid
 
 
 def terminated(*_):
@@ -179,6 +203,8 @@ def main():
     finally:
         cleanup()
         shutil.rmtree(work, ignore_errors=True)
+        # The default edge's access log is here: hundreds of MB after a full run.
+        shutil.rmtree(LOGS, ignore_errors=True)
     results["meta"]["load_end"] = loadavg()
     report(results)
 
@@ -190,20 +216,38 @@ def start_upstream():
     return port
 
 
+# The edge's two configurations: what ships, and the same with logging off.
+EDGES = {"mcp-edge": "", "mcp-edge (log off)": "\n[access_log]\nenabled = false\n"}
+# Every target behind a proxy, in table order; P4 leaves the log-off edge out.
+PROXIES = (*EDGES, "nginx", "haproxy", "plain pingora")
+P4_PROXIES = ("mcp-edge", "nginx", "haproxy", "plain pingora")
+
+
+def start_edge(work, tag, name, upstream, keys, port, admin):
+    """One mcp-edge: production defaults except one worker thread (like the other proxies) and
+    an admin listener, read during P4 for the memory budget; "log off" adds EDGES' section and
+    RUST_LOG=warn. The default edge gets no RUST_LOG at all, and its stderr, where the access
+    log goes, is a file, as under a container runtime."""
+    conf = os.path.join(work, f"edge-{tag}-{'log-off' if EDGES[name] else 'default'}.toml")
+    with open(conf, "w") as f:
+        f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{port}"\n
+[metrics]\naddress = "127.0.0.1:{admin}"\n
+[sessions]\nkeys_file = "{keys}"\n\n[[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
+[[routes]]\npath = "/mcp"\npool = "bench"\n""" + EDGES[name])
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    if EDGES[name]:
+        env["RUST_LOG"] = "warn"
+    return start([os.path.join(REL, "mcp-edge"), "--config", conf], env=env)
+
+
 def start_proxies(work, upstream, tag):
-    ports = {name: free_port() for name in ("edge", "admin", "nginx", "haproxy", "pingora")}
+    """Every proxy in front of `upstream`; ports and processes are keyed by target name, and
+    each edge's admin listener by "<name> admin"."""
+    ports = {name: free_port() for name in (*PROXIES, *(f"{e} admin" for e in EDGES))}
     keys = os.path.join(work, "keys")
     with open(keys, "w") as f:
         f.write("1:" + __import__("base64").b64encode(os.urandom(32)).decode() + "\n")
-    conf = os.path.join(work, f"edge-{tag}.toml")
-    with open(conf, "w") as f:
-        # Production defaults except one worker thread (like the other proxies) and an admin
-        # listener, read during P4 for the memory budget.
-        f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{ports['edge']}"\n
-[metrics]\naddress = "127.0.0.1:{ports['admin']}"\n
-[sessions]\nkeys_file = "{keys}"\n\n[[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
-[[routes]]\npath = "/mcp"\npool = "bench"\n""")
-    edge = start([os.path.join(REL, "mcp-edge"), "--config", conf], env={**os.environ, "RUST_LOG": "warn"})
+    pids = {e: start_edge(work, tag, e, upstream, keys, ports[e], ports[f"{e} admin"]) for e in EDGES}
     nginx_conf = os.path.join(work, f"nginx-{tag}.conf")
     with open(nginx_conf, "w") as f:
         f.write(f"""worker_processes 1;\nworker_rlimit_nofile 20000;\nevents {{ worker_connections 19990; }}
@@ -219,27 +263,31 @@ http {{\n  access_log off;\n  upstream u {{ server 127.0.0.1:{upstream}; keepali
   timeout client 1h\n  timeout server 1h\n  http-reuse always\nfrontend f\n  bind 127.0.0.1:{ports['haproxy']}
   default_backend b\nbackend b\n  server s1 127.0.0.1:{upstream}\n""")
     haproxy = start(["haproxy", "-f", haproxy_conf, "-db"])
-    pingora = start([os.path.join(REL, "examples", "plain_pingora"), str(ports["pingora"]), str(upstream)])
+    pingora = start([os.path.join(REL, "examples", "plain_pingora"), str(ports["plain pingora"]), str(upstream)])
     for p in ports.values():
         wait_port(p)
-    return ports, {"edge": edge, "nginx": nginx, "haproxy": haproxy, "pingora": pingora}
+    return ports, {**pids, "nginx": nginx, "haproxy": haproxy, "plain pingora": pingora}
 
 
 def run(work, results):
     upstream = start_upstream()
     ports, pids = start_proxies(work, upstream, "mock")
     url = lambda port: f"http://127.0.0.1:{port}/mcp"
-    targets = {"direct": url(upstream), "mcp-edge": url(ports["edge"]),
-               "nginx": url(ports["nginx"]), "haproxy": url(ports["haproxy"]),
-               "plain pingora": url(ports["pingora"])}
+    targets = {"direct": url(upstream), **{n: url(ports[n]) for n in PROXIES}}
     modern = lua(os.path.join(work, "modern.lua"), CALL,
                  {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"})
     # P1 / P2: a 1 KiB tools/call at concurrency 1 and 64.
     for conns in (1, 64):
-        results[f"c{conns}"] = measure(targets, modern, conns)
+        results[f"c{conns}"] = measure(targets, modern, conns,
+                                       {n: serving_pid(pids[n]) for n in PROXIES})
+    # The default edge's access log kept up: a line it dropped would make logging look free.
+    dropped = metric(ports["mcp-edge admin"], "mcp_edge_access_log_dropped_total")
+    if dropped is None:
+        sys.exit("mcp-edge: mcp_edge_access_log_dropped_total is missing from /metrics")
+    results["meta"]["access_log_dropped"] = dropped
 
     # P6: a legacy request carrying a session token vs the same call in 2026-07-28 form.
-    init = urllib.request.Request(url(ports["edge"]), method="POST", data=json.dumps({
+    init = urllib.request.Request(url(ports["mcp-edge"]), method="POST", data=json.dumps({
         "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}).encode(),
         headers={"Content-Type": "application/json"})
@@ -249,23 +297,19 @@ def run(work, results):
     p6 = {"modern": [], "legacy": []}
     for _ in range(ROUNDS):
         for conns in (1, 64):
-            p6["modern"].append((conns, wrk(url(ports["edge"]), modern, conns)))
-            p6["legacy"].append((conns, wrk(url(ports["edge"]), legacy, conns)))
+            p6["modern"].append((conns, wrk(url(ports["mcp-edge"]), modern, conns)))
+            p6["legacy"].append((conns, wrk(url(ports["mcp-edge"]), legacy, conns)))
     results["p6"] = {kind: {conns: {k: statistics.median(r[k] for c, r in rs if c == conns) for k in ("rps", "p50", "p99")}
                             for conns in (1, 64)} for kind, rs in p6.items()}
 
-    # P4: idle SSE streams held through each proxy; resident memory per stream.
+    # P4: idle SSE streams held through each proxy; resident memory per stream. Only the
+    # default edge: an idle stream writes no access-log line until it ends.
     results["meta"]["load_p4"] = loadavg()
     results["p4"] = {}
-    for name, key in (("mcp-edge", "edge"), ("nginx", "nginx"), ("haproxy", "haproxy"),
-                      ("plain pingora", "pingora")):
-        pid = pids[key].pid
-        if name == "nginx":
-            # The worker holds the connections.
-            kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-            pid = int(kids[0]) if kids else pid
+    for name in P4_PROXIES:
+        pid = serving_pid(pids[name])
         before = rss_kib(pid)
-        holder = start([os.path.join(REL, "examples", "sse_hold"), f"127.0.0.1:{ports[key]}",
+        holder = start([os.path.join(REL, "examples", "sse_hold"), f"127.0.0.1:{ports[name]}",
                         "/mcp", str(STREAMS), "600"])
         # A stream the proxy refuses can leave sse_hold waiting: bound the wait.
         ready, _, _ = select.select([holder.stdout], [], [], 180)
@@ -277,14 +321,16 @@ def run(work, results):
         after = rss_kib(pid)
         results["p4"][name] = {"streams": held, "kib_per_stream": (after - before) / held}
         if name == "mcp-edge":
-            used = metric(ports["admin"], "mcp_edge_memory_budget_used_bytes")
-            limit = metric(ports["admin"], "mcp_edge_memory_budget_bytes")
-            refused = metric_sum(ports["admin"], "mcp_edge_memory_budget_refusals_total")
+            admin = ports["mcp-edge admin"]
+            used = metric(admin, "mcp_edge_memory_budget_used_bytes")
+            limit = metric(admin, "mcp_edge_memory_budget_bytes")
+            refused = metric_sum(admin, "mcp_edge_memory_budget_refusals_total")
             if used is None or limit is None:
                 sys.exit("P4 mcp-edge: the memory budget series are missing from /metrics")
             results["p4"][name].update(budget_used_mib=used / 2**20, budget_mib=limit / 2**20,
                                        budget_refusals=refused)
-        holder.send_signal(signal.SIGINT)
+        # SIGTERM: a shell that started the bench in the background leaves SIGINT ignored.
+        holder.send_signal(signal.SIGTERM)
         holder.wait()
         time.sleep(1)
 
@@ -294,9 +340,7 @@ def run(work, results):
         ts = start(["node", "ts-server.mjs", "--mode", "modern", "--instance", "ts", "--port", "0"], cwd=node_dir)
         ts_port = int(ts.stdout.readline().split()[1])
         ts_ports, _ = start_proxies(work, ts_port, "ts")
-        ts_targets = {"direct": url(ts_port), "mcp-edge": url(ts_ports["edge"]),
-                      "nginx": url(ts_ports["nginx"]), "haproxy": url(ts_ports["haproxy"]),
-                      "plain pingora": url(ts_ports["pingora"])}
+        ts_targets = {"direct": url(ts_port), **{n: url(ts_ports[n]) for n in PROXIES}}
         results["ts"] = measure(ts_targets, modern, 16)
     elif IN_CI:
         sys.exit("TS SDK server: tests/peers/node_modules is missing (bash scripts/setup.sh installs it)")
@@ -304,35 +348,61 @@ def run(work, results):
         print("skipped: the TS SDK server row (tests/peers/node_modules is missing; bash scripts/setup.sh installs it)")
 
 
+def ratios(r):
+    """The headline figures: each edge configuration against plain Pingora and nginx. p99 is
+    the proxies' total p99, which is what "p99 ≤ 1.1× plain Pingora" means."""
+    c1, c64 = r["c1"], r["c64"]
+    out = ["ratios in this run (throughput: higher is better; p99: lower is better)", "",
+           "| config | edge / plain Pingora throughput (64 conn) | edge / plain Pingora p99 (64 conn) "
+           "| edge / plain Pingora p99 (1 conn) | edge / nginx throughput (64 conn) "
+           "| CPU µs per request, 64 conn: edge / plain Pingora |",
+           "|---|---|---|---|---|---|"]
+    pp = c64["plain pingora"]
+    for label, e in (("production defaults (access log on)", "mcp-edge"), ("logging off", "mcp-edge (log off)")):
+        cells = (c64[e]["rps"] / pp["rps"], c64[e]["p99"] / pp["p99"],
+                 c1[e]["p99"] / c1["plain pingora"]["p99"], c64[e]["rps"] / c64["nginx"]["rps"])
+        out.append(f"| {label} | " + " | ".join(f"{x:.2f}×" for x in cells)
+                   + f" | {c64[e]['cpu_us']:.1f} / {pp['cpu_us']:.1f} |")
+    cost = c64["mcp-edge"]["rps"] / c64["mcp-edge (log off)"]["rps"]
+    cpu = c64["mcp-edge"]["cpu_us"] - c64["mcp-edge (log off)"]["cpu_us"]
+    out.append(f"| access log cost: default / log off throughput (64 conn) | {cost:.2f}× | – | – | – "
+               f"| {cpu:+.1f} µs (writer thread included) |")
+    return "\n".join(out)
+
+
 def report(r):
     def added(c, name, k):
         return r[c][name][k] - r[c]["direct"][k]
-    names = ("mcp-edge", "nginx", "haproxy", "plain pingora")
-    out = ["| measure | direct | mcp-edge | nginx | haproxy | plain pingora | mcp-edge / nginx |",
-           "|---|---|---|---|---|---|---|"]
+    dash = " | ".join("–" for _ in PROXIES[1:])
+    out = ["| measure | direct | " + " | ".join(PROXIES) + " | mcp-edge / nginx |",
+           "|---|---|" + "---|" * len(PROXIES) + "---|"]
     for c in ("c1", "c64"):
         for k in ("p50", "p99"):
             row = [f"P1 added {k} latency, {c[1:]} conn (µs)", "–"]
-            row += [f"{added(c, n, k):.0f}" for n in names]
+            row += [f"{added(c, n, k):.0f}" for n in PROXIES]
             row.append(f"{added(c, 'mcp-edge', k) / max(added(c, 'nginx', k), 1e-9):.2f}×")
             out.append("| " + " | ".join(row) + " |")
     c = r["c64"]
     out.append(f"| P2 throughput, 64 conn (req/s) | {c['direct']['rps']:.0f} | "
-               + " | ".join(f"{c[n]['rps']:.0f}" for n in names)
+               + " | ".join(f"{c[n]['rps']:.0f}" for n in PROXIES)
                + f" | {c['mcp-edge']['rps'] / c['nginx']['rps']:.2f}× |")
+    out.append("| P2 proxy CPU per request, 64 conn (µs) | – | "
+               + " | ".join(f"{c[n]['cpu_us']:.1f}" for n in PROXIES)
+               + f" | {c['mcp-edge']['cpu_us'] / c['nginx']['cpu_us']:.2f}× |")
     p4 = r["p4"]
     out.append("| P4 idle SSE streams: KiB per stream (streams held) | – | "
-               + " | ".join(f"{p4[n]['kib_per_stream']:.1f} ({p4[n]['streams']})" for n in names)
+               + " | ".join(f"{p4[n]['kib_per_stream']:.1f} ({p4[n]['streams']})" if n in p4 else "–"
+                            for n in PROXIES)
                + f" | {p4['mcp-edge']['kib_per_stream'] / max(p4['nginx']['kib_per_stream'], 1e-9):.2f}× |")
     p6 = r["p6"]
     for conns in (1, 64):
         m, l = p6["modern"][conns], p6["legacy"][conns]
         out.append(f"| P6 legacy (token) / modern, {conns} conn | – | p50 {l['p50'] / m['p50']:.3f}×, "
-                   f"throughput {m['rps'] / l['rps']:.3f}× | – | – | – | – |")
+                   f"throughput {m['rps'] / l['rps']:.3f}× | {dash} | – |")
     if "ts" in r:
         t = r["ts"]
         out.append(f"| TS SDK server, 16 conn (req/s) | {t['direct']['rps']:.0f} | "
-                   + " | ".join(f"{t[n]['rps']:.0f}" for n in names)
+                   + " | ".join(f"{t[n]['rps']:.0f}" for n in PROXIES)
                    + f" | {t['mcp-edge']['rps'] / t['nginx']['rps']:.2f}× |")
     table = "\n".join(out)
     m = r["meta"]
@@ -343,17 +413,20 @@ def report(r):
             f"{m['nginx']}; {m['haproxy']}; {m['wrk']}\n"
             f"rounds={ROUNDS} duration={DURATION}s streams={STREAMS}; P4 mcp-edge memory budget: "
             f"{e4['budget_used_mib']:.0f} of {e4['budget_mib']:.0f} MiB reserved while holding, "
-            f"{e4['budget_refusals']:.0f} refusals\n")
+            f"{e4['budget_refusals']:.0f} refusals; access-log lines the default edge dropped "
+            f"in P1/P2: {m['access_log_dropped']:.0f}\n")
     micro = os.path.join(ROOT, "bench", "results", "micro.txt")
     if not QUICK and os.path.exists(micro):
         head += "\nmicro-benchmarks (cargo bench --bench tokens, --bench inspect, same run):\n\n```\n" \
             + open(micro).read().strip() + "\n```\n"
+    block = ratios(r)
     print(head)
+    print(block + "\n")
     print(table)
     print("\nraw medians:", json.dumps(r, indent=1))
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "latest.md"), "w") as f:
-        f.write(f"{head}\n{table}\n\n```json\n{json.dumps(r, indent=1)}\n```\n")
+        f.write(f"{head}\n{block}\n\n{table}\n\n```json\n{json.dumps(r, indent=1)}\n```\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 //! reloading; [`EdgeHandle`] runs one in the background of the current process (tests).
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod admin;
 pub mod budget;
 pub mod config;
@@ -59,6 +60,11 @@ pub struct Built {
 
 pub fn build_server(config: Config, options: Options) -> Built {
     let startup = config.startup;
+    // The binary starts the writer itself first, to refuse an output it cannot open; here a
+    // failure (an in-process edge) leaves lines dropped and counted.
+    if let Err(e) = access_log::start(&startup.access_log.output, startup.access_log.queue_lines) {
+        log::error!("access_log.output: cannot open {e}; access-log lines will be dropped");
+    }
     let conf = ServerConf {
         threads: startup.threads,
         grace_period_seconds: Some(startup.grace_period.as_secs()),

@@ -6,15 +6,15 @@
 //! event), routes and pools from the configuration.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use strum::{EnumIter, IntoEnumIterator, IntoStaticStr};
 
 use crate::error::ErrorKind;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -38,6 +38,8 @@ pub struct Metrics {
     /// Configuration reloads by result (`success`, `failure`).
     pub config_reloads: IntCounterVec,
     pub build_info: IntGaugeVec,
+    /// Access-log lines dropped because the writer could not keep up.
+    pub access_log_dropped: IntCounter,
     /// Pool membership, health and discovery.
     pub pools: PoolMetrics,
     /// The memory budget.
@@ -132,6 +134,99 @@ pub enum Eviction {
     StalledUpload,
     /// A kept-alive HTTP/1 connection between requests.
     IdleConnection,
+}
+
+/// How a request ended: the `outcome` label of `mcp_edge_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Outcome {
+    Forwarded,
+    ClientError,
+    Rejected,
+    Failed,
+}
+
+/// A route's handles on the per-request series, each resolved (label lookup, hashing, lock)
+/// on first use and then kept: the request path only increments.
+pub struct RouteSeries {
+    /// `mcp_edge_requests_total`, by method index × era × outcome.
+    requests: Box<[OnceLock<IntCounter>]>,
+    /// `mcp_edge_request_duration_seconds`, by era.
+    duration: [OnceLock<Histogram>; ERAS],
+}
+
+const ERAS: usize = 3;
+const OUTCOMES: usize = 4;
+
+impl Default for RouteSeries {
+    fn default() -> Self {
+        RouteSeries {
+            requests: (0..crate::mcp::METHOD_LABELS * ERAS * OUTCOMES)
+                .map(|_| OnceLock::new())
+                .collect(),
+            duration: Default::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RouteSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouteSeries")
+    }
+}
+
+impl RouteSeries {
+    /// Count a finished request and its duration under `route`.
+    pub fn finished(
+        &self,
+        route: &str,
+        method: &'static str,
+        era: EraLabel,
+        outcome: Outcome,
+        seconds: f64,
+    ) {
+        let m = get();
+        let i =
+            (crate::mcp::method_index(method) * ERAS + era as usize) * OUTCOMES + outcome as usize;
+        let era_label = label(era);
+        let resolve = || {
+            m.requests
+                .with_label_values(&[route, method, era_label, label(outcome)])
+        };
+        match self.requests.get(i) {
+            Some(slot) => slot.get_or_init(resolve).inc(),
+            None => resolve().inc(),
+        }
+        self.duration[era as usize]
+            .get_or_init(|| m.request_duration.with_label_values(&[route, era_label]))
+            .observe(seconds);
+    }
+}
+
+/// A member's handles on `mcp_edge_upstream_responses_total`, by status class.
+#[derive(Default)]
+pub struct MemberSeries {
+    responses: [OnceLock<IntCounter>; 5],
+}
+
+impl MemberSeries {
+    pub fn response(&self, pool: &str, member: &str, status: u16) {
+        let class = status_class(status);
+        let i = usize::from(class.as_bytes()[0].saturating_sub(b'1')).min(4);
+        self.responses[i]
+            .get_or_init(|| {
+                get()
+                    .upstream_responses
+                    .with_label_values(&[pool, member, class])
+            })
+            .inc();
+    }
+}
+
+impl std::fmt::Debug for MemberSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemberSeries")
+    }
 }
 
 /// Label value of any of the label enums above.
@@ -236,6 +331,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             &["result"],
         )?,
         build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
+        access_log_dropped: r.plain_counter(
+            "mcp_edge_access_log_dropped_total",
+            "Access-log lines dropped because the log writer could not keep up",
+        )?,
         pools: pool_metrics(&r)?,
         budget: budget_metrics(&r)?,
         published: Mutex::new(HashMap::new()),
@@ -442,5 +541,65 @@ pub fn status_class(status: u16) -> &'static str {
         300..=399 => "3xx",
         400..=499 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(series: &str) -> f64 {
+        String::from_utf8(render())
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn cached_handles_count_into_the_labelled_series() {
+        let route = RouteSeries::default();
+        for _ in 0..3 {
+            route.finished(
+                "/cached-test",
+                "tools/call",
+                EraLabel::Legacy,
+                Outcome::Rejected,
+                0.01,
+            );
+        }
+        route.finished(
+            "/cached-test",
+            "none",
+            EraLabel::Unknown,
+            Outcome::Failed,
+            0.01,
+        );
+        assert_eq!(
+            scrape(
+                r#"mcp_edge_requests_total{era="legacy",method="tools/call",outcome="rejected",route="/cached-test"}"#
+            ),
+            3.0
+        );
+        assert_eq!(
+            scrape(
+                r#"mcp_edge_requests_total{era="unknown",method="none",outcome="failed",route="/cached-test"}"#
+            ),
+            1.0
+        );
+        let member = MemberSeries::default();
+        for status in [200, 204, 503, 101, 404] {
+            member.response("cached-pool", "10.0.0.1:1", status);
+        }
+        for (class, n) in [("1xx", 1.0), ("2xx", 2.0), ("4xx", 1.0), ("5xx", 1.0)] {
+            assert_eq!(
+                scrape(&format!(
+                    r#"mcp_edge_upstream_responses_total{{class="{class}",member="10.0.0.1:1",pool="cached-pool"}}"#
+                )),
+                n,
+                "{class}"
+            );
+        }
     }
 }

@@ -251,15 +251,15 @@ fn record_upstream_response(resp: &ResponseHeader, ctx: &mut Ctx) {
     let (Some(admitted), Some(member)) = (&ctx.admitted, ctx.upstream.member()) else {
         return;
     };
-    let m = crate::metrics::get();
-    let pool = admitted.route.pool.name.as_str();
+    let pool = &admitted.route.pool;
     if let Some(t) = ctx.upstream.started {
-        m.upstream_latency
-            .with_label_values(&[pool])
+        pool.latency
+            .get_or_init(|| {
+                crate::metrics::get()
+                    .upstream_latency
+                    .with_label_values(&[pool.name.as_str()])
+            })
             .observe(t.elapsed().as_secs_f64());
     }
-    let class = crate::metrics::status_class(status);
-    m.upstream_responses
-        .with_label_values(&[pool, &member.label, class])
-        .inc();
+    member.series.response(&pool.name, &member.label, status);
 }

@@ -50,8 +50,9 @@ impl Reloader {
                     .map(|l| l.address))
                     || s.metrics != self.startup.metrics
                     || s.threads != self.startup.threads
+                    || s.access_log != self.startup.access_log
                 {
-                    log::warn!("config reloaded from {}; listener, metrics and thread changes need a restart", self.path.display());
+                    log::warn!("config reloaded from {}; listener, metrics, thread and access_log.output/queue_lines changes need a restart", self.path.display());
                 } else {
                     log::info!("config reloaded from {}", self.path.display());
                 }

@@ -62,6 +62,8 @@ pub struct Member {
     check_failures: AtomicU32,
     check_successes: AtomicU32,
     ejected_until_ms: AtomicU64,
+    /// Handles on this member's response series.
+    pub series: crate::metrics::MemberSeries,
 }
 
 impl Member {
@@ -73,6 +75,7 @@ impl Member {
             check_failures: AtomicU32::new(0),
             check_successes: AtomicU32::new(0),
             ejected_until_ms: AtomicU64::new(0),
+            series: Default::default(),
         }
     }
 
@@ -127,6 +130,8 @@ pub struct Pool {
     pub health: HealthPolicy,
     members: ArcSwap<Vec<Arc<Member>>>,
     next: AtomicUsize,
+    /// Handle on this pool's `mcp_edge_upstream_latency_seconds` series.
+    pub latency: std::sync::OnceLock<prometheus::Histogram>,
 }
 
 impl Pool {
@@ -141,6 +146,7 @@ impl Pool {
             health,
             members: ArcSwap::from_pointee(members),
             next: AtomicUsize::new(0),
+            latency: Default::default(),
         }
     }
 

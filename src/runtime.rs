@@ -53,6 +53,8 @@ pub struct Route {
     pub origins: OriginPolicy,
     /// Lower-cased `host` / `host:port` entries; empty allows any Host.
     pub hosts: Vec<String>,
+    /// Handles on this route's per-request metric series.
+    pub series: crate::metrics::RouteSeries,
 }
 
 /// Which of a route's endpoints a public path is.
@@ -80,6 +82,8 @@ pub struct Runtime {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub sessions: Option<Arc<Sessions>>,
+    /// Write one access-log line per request (`access_log.enabled`; reloadable).
+    pub access_log: bool,
 }
 
 impl Runtime {

@@ -212,7 +212,7 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
     // Each line is written just after its answer.
     let access = |log: &str| -> Vec<serde_json::Value> {
         log.lines()
-            .filter_map(|l| l.split_once(" access] ").map(|(_, json)| json))
+            .filter(|l| l.starts_with("{\"ts\":"))
             .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("not JSON ({e}): {j}")))
             .collect()
     };
@@ -223,6 +223,12 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
     let log = edge.log_text();
     let lines = access(&log);
     assert_eq!(lines.len(), 3, "one line per request:\n{log}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["ts"].as_str().is_some_and(|t| t.ends_with('Z'))),
+        "every line starts with its UTC timestamp:\n{log}"
+    );
     assert_eq!(lines[0]["method"], "tools/call");
     assert_eq!(lines[0]["name"], "echo");
     assert_eq!(lines[0]["status"], 200);
@@ -237,4 +243,120 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
     ] {
         assert!(!log.contains(leaked), "the log carries {leaked}:\n{log}");
     }
+}
+
+/// A sink that stops reading (a full disk, a stuck collector) costs log lines, never requests:
+/// the lines that do not fit the queue are dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_access_log_sink_never_blocks_requests_and_drops_are_counted() {
+    let mock = Mock::start(Behavior::Json).await;
+    let dir = std::env::temp_dir().join(format!("mcp-edge-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("access.log");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo failed");
+    // A reader that never reads: the pipe fills (64 KiB) and the writer blocks on it.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblocking()
+        .open(&fifo)
+        .unwrap();
+    let (path, port, admin) = (temp_config(), free_port(), free_port());
+    let extra = format!(
+        "[metrics]\naddress = \"127.0.0.1:{admin}\"\n\n[access_log]\noutput = \"{}\"\nqueue_lines = 4\n\n",
+        fifo.display()
+    );
+    config(&path, port, mock.addr, &extra);
+    let edge = spawn(&path, port);
+    let c = client();
+    let body = modern_body(json!(1), "tools/list", json!({}));
+    // 2,000 lines of about 250 bytes: several times what the pipe and the queue hold.
+    for _ in 0..2_000 {
+        let r = tokio::time::timeout(PATIENCE, modern_request(&c, &edge.url(), &body).send())
+            .await
+            .expect("a request waited on the access log")
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(mock.requests(), 2_000);
+    let dropped = || async {
+        let text = c
+            .get(format!("http://127.0.0.1:{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("mcp_edge_access_log_dropped_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Pipe and queue hold a few hundred lines at most; well over 1,000 must be dropped (the
+    // count moves in the logging phase, just after each answer: wait for it).
+    let mut n = 0.0;
+    let counted = poll_until(PATIENCE, async || {
+        n = dropped().await;
+        n > 1_000.0
+    })
+    .await;
+    assert!(counted && n <= 2_000.0, "dropped {n} of 2000 lines");
+    drop(edge);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+trait NonBlocking {
+    fn custom_flags_nonblocking(&mut self) -> &mut Self;
+}
+
+impl NonBlocking for std::fs::OpenOptions {
+    /// Opening a FIFO's read end without a writer would block; O_NONBLOCK does not.
+    fn custom_flags_nonblocking(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(0o4000)
+    }
+}
+
+/// A port already taken stops the edge with a clear error and a failure status; Pingora alone
+/// would panic in the listener's thread and keep the process running with nothing listening.
+#[test]
+fn a_listener_that_cannot_bind_stops_the_edge_with_a_clear_error() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let path = temp_config();
+    config(&path, port, "127.0.0.1:9".parse().unwrap(), "");
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+            .args(["--config", &path.display().to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut status = None;
+    wait_until_blocking(PATIENCE, "the edge to exit without its listener", || {
+        status = child.0.try_wait().unwrap();
+        status.is_some()
+    });
+    let status = status.unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "exit status {status}");
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "stderr: {err}"
+    );
+    drop(held);
 }

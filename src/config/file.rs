@@ -49,6 +49,8 @@ pub mod defaults {
     pub const IDLE_MS: NonZeroU64 = long(60_000);
     /// Below the 5 s keep-alive of the Node and Python SDK servers' HTTP stacks.
     pub const UPSTREAM_IDLE_MS: NonZeroU64 = long(4_000);
+    /// Access-log lines waiting for the writer (about 300 bytes each) before lines are dropped.
+    pub const ACCESS_LOG_QUEUE_LINES: NonZeroUsize = size(16_384);
     pub const REQUEST_BODY_MS: NonZeroU64 = long(30_000);
     pub const GRACE_PERIOD_SECONDS: u64 = 5;
     pub const SHUTDOWN_TIMEOUT_SECONDS: u64 = 5;
@@ -93,6 +95,8 @@ pub struct File {
     pub timeouts: TimeoutsSection,
     pub sessions: Option<SessionsSection>,
     #[serde(default)]
+    pub access_log: AccessLogSection,
+    #[serde(default)]
     pub pools: Vec<PoolSection>,
     #[serde(default)]
     pub routes: Vec<RouteSection>,
@@ -126,6 +130,26 @@ pub struct ListenerSection {
     pub address: SocketAddr,
     #[serde(default = "defaults::h2c")]
     pub h2c: bool,
+}
+
+/// `[access_log]`: one JSON line per request, written off the request path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLogSection {
+    pub enabled: bool,
+    /// `"stderr"`, `"stdout"` or a file path (appended to).
+    pub output: String,
+    pub queue_lines: NonZeroUsize,
+}
+
+impl Default for AccessLogSection {
+    fn default() -> Self {
+        AccessLogSection {
+            enabled: true,
+            output: "stderr".into(),
+            queue_lines: defaults::ACCESS_LOG_QUEUE_LINES,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

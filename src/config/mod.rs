@@ -32,6 +32,14 @@ pub struct Startup {
     pub listeners: Vec<Listener>,
     pub metrics: Option<SocketAddr>,
     pub config_watch: Option<Duration>,
+    /// Where the access log goes and how many lines may wait (`[access_log]`).
+    pub access_log: AccessLogOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogOutput {
+    pub output: crate::access_log::Output,
+    pub queue_lines: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +92,7 @@ impl File {
                 limits: limits(&self.limits),
                 timeouts: timeouts(&self.timeouts),
                 sessions,
+                access_log: self.access_log.enabled,
             },
         })
     }
@@ -107,6 +116,10 @@ impl File {
                 .collect(),
             metrics: self.metrics.as_ref().map(|m| m.address),
             config_watch: (s.config_watch_ms > 0).then(|| Duration::from_millis(s.config_watch_ms)),
+            access_log: AccessLogOutput {
+                output: crate::access_log::Output::parse(&self.access_log.output),
+                queue_lines: self.access_log.queue_lines.get(),
+            },
         }
     }
 }
@@ -268,6 +281,7 @@ fn routes(
                 .iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
+            series: Default::default(),
         });
         for (path, kind) in public_paths(r) {
             if endpoints.contains_key(&path) {

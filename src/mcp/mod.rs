@@ -52,6 +52,21 @@ pub const KNOWN_METHODS: &[&str] = &[
     "roots/list",
 ];
 
+/// Where a method label sits among the labels [`method_label`] gives: `KNOWN_METHODS` in
+/// order, then `none`, then `other` (indexes per-route metric handles).
+pub fn method_index(label: &str) -> usize {
+    KNOWN_METHODS
+        .iter()
+        .position(|k| std::ptr::eq(*k, label) || *k == label)
+        .unwrap_or(match label {
+            "none" => KNOWN_METHODS.len(),
+            _ => KNOWN_METHODS.len() + 1,
+        })
+}
+
+/// How many values [`method_index`] can return.
+pub const METHOD_LABELS: usize = KNOWN_METHODS.len() + 2;
+
 /// Bounded metric label for a JSON-RPC method.
 pub fn method_label(method: Option<&str>) -> &'static str {
     match method {
@@ -61,5 +76,26 @@ pub fn method_label(method: Option<&str>) -> &'static str {
             .find(|k| **k == m)
             .copied()
             .unwrap_or("other"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_label_has_its_own_handle_index() {
+        let labels: Vec<&str> = KNOWN_METHODS
+            .iter()
+            .map(|m| method_label(Some(m)))
+            .chain([method_label(None), method_label(Some("x/unknown"))])
+            .collect();
+        let mut seen: Vec<usize> = labels.iter().map(|l| method_index(l)).collect();
+        assert!(seen.iter().all(|i| *i < METHOD_LABELS), "{seen:?}");
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), METHOD_LABELS, "indexes collide: {labels:?}");
+        // A label equal in content but not the same string still finds its slot.
+        assert_eq!(method_index(&String::from("tools/call")), 5);
     }
 }

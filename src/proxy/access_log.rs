@@ -1,56 +1,87 @@
 //! The end of every request: its metrics and one JSON access-log line.
 
 use pingora::proxy::Session;
+use serde::Serialize;
 
 use super::ctx::Ctx;
 use crate::error::EdgeError;
-use crate::metrics;
+use crate::metrics::{self, Outcome};
 
 /// Record a finished request (forwarded, rejected or failed).
 pub fn finish(session: &Session, ctx: &Ctx) {
     let outcome = outcome(ctx);
-    let m = metrics::get();
-    let (route, era) = (ctx.labels.route(), ctx.labels.era.into());
-    m.requests
-        .with_label_values(&[route, ctx.labels.method, era, outcome])
-        .inc();
-    m.request_duration
-        .with_label_values(&[route, era])
-        .observe(ctx.started.elapsed().as_secs_f64());
+    let seconds = ctx.started.elapsed().as_secs_f64();
+    let l = &ctx.labels;
+    match &l.route {
+        Some(route) => route
+            .series
+            .finished(&route.name, l.method, l.era, outcome, seconds),
+        // No route: the request was refused before one was found (rare; no cached handles).
+        None => {
+            let m = metrics::get();
+            let era: &'static str = l.era.into();
+            let outcome: &'static str = outcome.into();
+            m.requests
+                .with_label_values(&[l.route(), l.method, era, outcome])
+                .inc();
+            m.request_duration
+                .with_label_values(&[l.route(), era])
+                .observe(seconds);
+        }
+    }
     if ctx.sse {
-        m.sse_streams(ctx.labels.era, -1);
+        metrics::get().sse_streams(ctx.labels.era, -1);
     }
     log_line(session, ctx, outcome);
 }
 
-fn outcome(ctx: &Ctx) -> &'static str {
+fn outcome(ctx: &Ctx) -> Outcome {
     match (&ctx.error, ctx.upstream.status) {
-        (None, Some(_)) => "forwarded",
-        (Some(EdgeError::ClientError { .. }), _) => "client_error",
-        (Some(e), _) if e.status() < 500 => "rejected",
-        _ => "failed",
+        (None, Some(_)) => Outcome::Forwarded,
+        (Some(EdgeError::ClientError { .. }), _) => Outcome::ClientError,
+        (Some(e), _) if e.status() < 500 => Outcome::Rejected,
+        _ => Outcome::Failed,
     }
 }
 
-/// One JSON line per request. Never logs Authorization, session ids or tokens.
-fn log_line(session: &Session, ctx: &Ctx, outcome: &str) {
-    if !log::log_enabled!(target: "access", log::Level::Info) {
+/// One JSON object per request, handed to the writer (`crate::access_log`), which adds the
+/// timestamp and writes it off the request path. Never carries Authorization, session ids,
+/// tokens or arguments.
+#[derive(Serialize)]
+struct Line<'a> {
+    route: &'a str,
+    http_method: &'a str,
+    method: Option<&'a str>,
+    name: Option<&'a str>,
+    era: &'static str,
+    member: Option<&'a str>,
+    status: Option<u16>,
+    outcome: &'static str,
+    error: Option<&'static str>,
+    duration_ms: f64,
+    bytes_sent: usize,
+}
+
+fn log_line(session: &Session, ctx: &Ctx, outcome: Outcome) {
+    if !ctx.snapshot.access_log {
         return;
     }
-    let status = session.response_written().map(|r| r.status.as_u16());
-    let era: &'static str = ctx.labels.era.into();
-    let line = serde_json::json!({
-        "route": ctx.labels.route(),
-        "http_method": session.req_header().method.as_str(),
-        "method": (ctx.labels.method != "none").then_some(ctx.labels.method),
-        "name": ctx.labels.name.as_deref(),
-        "era": era,
-        "member": ctx.upstream.member().map(|m| m.label.as_str()),
-        "status": status,
-        "outcome": outcome,
-        "error": ctx.error.as_ref().map(|e| e.kind().as_str()),
-        "duration_ms": ctx.started.elapsed().as_secs_f64() * 1000.0,
-        "bytes_sent": session.body_bytes_sent(),
-    });
-    log::info!(target: "access", "{line}");
+    let line = Line {
+        route: ctx.labels.route(),
+        http_method: session.req_header().method.as_str(),
+        method: (ctx.labels.method != "none").then_some(ctx.labels.method),
+        name: ctx.labels.name.as_deref(),
+        era: ctx.labels.era.into(),
+        member: ctx.upstream.member().map(|m| m.label.as_str()),
+        status: session.response_written().map(|r| r.status.as_u16()),
+        outcome: outcome.into(),
+        error: ctx.error.as_ref().map(|e| e.kind().as_str()),
+        duration_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+        bytes_sent: session.body_bytes_sent(),
+    };
+    let mut json = Vec::with_capacity(320);
+    // Serializing borrowed strings and numbers into a Vec cannot fail.
+    if serde_json::to_writer(&mut json, &line).is_ok() {
+        crate::access_log::submit(json);
+    }
 }

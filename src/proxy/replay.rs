@@ -32,12 +32,13 @@
 //! The stored body is released once it has been handed to the upstream ([`Stored::release`]):
 //! a long-lived stream does not pin its request body.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Future, Stream};
 use http::HeaderMap;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::custom::server::Session as CustomSession;
@@ -110,9 +111,9 @@ pub fn install(
     silence: Silence,
 ) -> (Handback, Stored) {
     let (tx, rx) = oneshot::channel();
-    let real = std::mem::replace(&mut session.downstream_session, detached());
+    let real = swap_out(&mut session.downstream_session);
     let stored = Stored::new(body);
-    *session.downstream_session = ServerSession::new_custom(Box::new(Replay {
+    let replay = ServerSession::new_custom(Box::new(Replay {
         inner: real,
         body: stored.clone(),
         handback: Some(tx),
@@ -121,7 +122,9 @@ pub fn install(
         silence,
         head_seen: false,
         last_activity: None,
+        timer: None,
     }));
+    put_back(&mut session.downstream_session, Box::new(replay));
     (rx, stored)
 }
 
@@ -152,10 +155,31 @@ pub async fn restore(session: &mut Session, handback: &mut Option<Handback>) {
     }
 }
 
-/// A session with nothing behind it, standing in while the real one moves.
+/// A session with nothing behind it, standing in while the real one moves (one per worker
+/// thread, reused: it is never read or written).
 fn detached() -> Box<ServerSession> {
     let (stream, _) = tokio::io::duplex(1);
     Box::new(ServerSession::new_http1(Box::new(stream)))
+}
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Option<Box<ServerSession>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Take the session out of `slot`, leaving this thread's stand-in there for the moment; the
+/// caller puts a real session back into the same box at once ([`put_back`] returns the
+/// stand-in), so the stand-in is made once per thread instead of twice per request.
+fn swap_out(slot: &mut Box<ServerSession>) -> Box<ServerSession> {
+    let spare = SPARE
+        .with(|s| s.borrow_mut().take())
+        .unwrap_or_else(detached);
+    std::mem::replace(slot, spare)
+}
+
+/// Put `session` into `slot` and keep the stand-in it held for the next [`swap_out`].
+fn put_back(slot: &mut Box<ServerSession>, session: Box<ServerSession>) {
+    let spare = std::mem::replace(slot, session);
+    SPARE.with(|s| *s.borrow_mut() = Some(spare));
 }
 
 struct Replay {
@@ -169,6 +193,11 @@ struct Replay {
     head_seen: bool,
     /// When the upstream last sent something (or, before that, when waiting began).
     last_activity: Option<Instant>,
+    /// Armed once; when it fires before the real deadline (there was activity since), it is
+    /// re-armed, so activity costs a clock read, not a timer update. Pingora's shared timer
+    /// wheel, not Tokio's: arming a Tokio timer wakes the worker's own I/O driver (an extra
+    /// `write` and `epoll_wait` per request, measured in docs/benchmarks.md).
+    timer: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
 }
 
 impl Replay {
@@ -189,6 +218,12 @@ impl Replay {
         };
         since + allowed
     }
+}
+
+/// A timer that fires at `deadline` (at Pingora's 10 ms resolution).
+fn arm(deadline: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+    let after = deadline.saturating_duration_since(Instant::now());
+    Box::pin(pingora::time::fast_timeout::fast_sleep(after))
 }
 
 fn silence_error(allowed_for: &str) -> Box<Error> {
@@ -300,18 +335,28 @@ impl CustomSession for Replay {
         // The body is consumed: this only watches for the client going away, for upstream
         // silence, and, for an event stream, for the cutoff, which ends the proxying of the
         // stream (the proxy's `logging` then ends the response cleanly).
-        let deadline = self.silence_deadline();
-        let what = match (self.head_seen, self.streaming) {
-            (false, _) => "response head",
-            (true, false) => "response bytes",
-            (true, true) => "event-stream bytes",
-        };
-        let streaming = self.streaming;
-        tokio::select! {
-            r = self.inner.read_body_or_idle(no_body_expected) => r,
-            _ = tokio::time::sleep_until(deadline) => Err(silence_error(what)),
-            _ = cut(&mut self.cutoff), if streaming => {
-                Err(Error::explain(STREAM_CUT, "the edge is shutting down"))
+        loop {
+            let deadline = self.silence_deadline();
+            let what = match (self.head_seen, self.streaming) {
+                (false, _) => "response head",
+                (true, false) => "response bytes",
+                (true, true) => "event-stream bytes",
+            };
+            let streaming = self.streaming;
+            let timer = self.timer.get_or_insert_with(|| arm(deadline));
+            tokio::select! {
+                r = self.inner.read_body_or_idle(no_body_expected) => return r,
+                _ = timer.as_mut() => {
+                    // Armed for an earlier deadline; there was activity since.
+                    if Instant::now() < deadline {
+                        self.timer = Some(arm(deadline));
+                        continue;
+                    }
+                    return Err(silence_error(what));
+                }
+                _ = cut(&mut self.cutoff), if streaming => {
+                    return Err(Error::explain(STREAM_CUT, "the edge is shutting down"));
+                }
             }
         }
     }

@@ -82,6 +82,25 @@ fn run(path: &Path) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // Pingora binds listeners inside each service's thread, where a failure is a panic that
+    // leaves the process running without the listener: find out here, and stop.
+    let addresses = config
+        .startup
+        .listeners
+        .iter()
+        .map(|l| l.address)
+        .chain(config.startup.metrics);
+    for address in addresses {
+        if let Err(e) = std::net::TcpListener::bind(address) {
+            eprintln!("mcp-edge: cannot listen on {address}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let log = &config.startup.access_log;
+    if let Err(e) = mcp_edge::access_log::start(&log.output, log.queue_lines) {
+        eprintln!("mcp-edge: access_log.output: cannot open {e}");
+        return ExitCode::FAILURE;
+    }
     let options = mcp_edge::Options {
         config_path: Some(path.to_path_buf()),
         signals: true,
@@ -91,5 +110,7 @@ fn run(path: &Path) -> ExitCode {
     built.server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
+    // The last requests' lines, still queued, go out before the process ends.
+    mcp_edge::access_log::flush(std::time::Duration::from_secs(2));
     ExitCode::SUCCESS
 }
