@@ -187,6 +187,14 @@ async fn stalled_heads_make_room_for_a_well_behaved_client() {
         "[timeouts]\nrequest_head_ms = 600000\n",
     );
     let mut held = stalled_heads(edge.port, 40).await;
+    // The kernel accepts the connections before the edge does: wait until the edge holds
+    // enough of them to fill the budget, so the next client needs room made for it.
+    wait_metric(
+        &edge,
+        "mcp_edge_memory_budget_used_bytes",
+        (20 * 48 * 1024) as f64,
+    )
+    .await;
     let body = modern_body(json!(1), "tools/list", json!({}));
     // Once the heads count as stalled, a new client gets in: the oldest stalled go.
     wait_until(

@@ -1,34 +1,28 @@
 //! The end of every request: its metrics and one JSON access-log line.
 
+use std::sync::LazyLock;
+
 use pingora::proxy::Session;
 use serde::Serialize;
 
 use super::ctx::Ctx;
 use crate::error::EdgeError;
-use crate::metrics::{self, Outcome};
+use crate::metrics::{self, Outcome, RouteSeries};
+
+/// Handles for requests that never matched a route.
+static NO_ROUTE: LazyLock<RouteSeries> = LazyLock::new(RouteSeries::default);
 
 /// Record a finished request (forwarded, rejected or failed).
 pub fn finish(session: &Session, ctx: &Ctx) {
     let outcome = outcome(ctx);
     let seconds = ctx.started.elapsed().as_secs_f64();
     let l = &ctx.labels;
-    match &l.route {
-        Some(route) => route
-            .series
-            .finished(&route.name, l.method, l.era, outcome, seconds),
-        // No route: the request was refused before one was found (rare; no cached handles).
-        None => {
-            let m = metrics::get();
-            let era: &'static str = l.era.into();
-            let outcome: &'static str = outcome.into();
-            m.requests
-                .with_label_values(&[l.route(), l.method, era, outcome])
-                .inc();
-            m.request_duration
-                .with_label_values(&[l.route(), era])
-                .observe(seconds);
-        }
-    }
+    // A request refused before a route was found counts under `route="none"`.
+    let (series, route) = match &l.route {
+        Some(route) => (&route.series, route.name.as_str()),
+        None => (&*NO_ROUTE, l.route()),
+    };
+    series.finished(route, l.method, l.era, outcome, seconds);
     if ctx.sse {
         metrics::get().sse_streams(ctx.labels.era, -1);
     }
