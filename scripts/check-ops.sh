@@ -3,7 +3,10 @@
 # Grafana dashboard (JSON, and every panel query parsed as PromQL), every Kubernetes manifest
 # under deploy/ against the Kubernetes schemas (kubernetes-validate --strict), the kustomize
 # builds (which also validate every kustomization file: kustomize rejects unknown fields), no
-# Secret in any rendered build, and the ConfigMap's embedded mcp-edge.toml with `mcp-edge --check`.
+# Secret in any rendered build, the TLS example's Certificate against the Secret volume, ports and
+# listener it must match, and the ConfigMaps' embedded mcp-edge.toml (as files and as rendered by
+# each build) with `mcp-edge --check`; TLS listeners are checked against a throwaway certificate
+# made with openssl.
 #
 #   bash scripts/check-ops.sh
 #
@@ -12,8 +15,9 @@
 # deploy/requirements-validate.txt, and the pinned kustomize (scripts/setup-ops.sh). Everything
 # after that runs offline (kubernetes-validate ships its schemas). A failed install fails the
 # script. The ConfigMap check uses target/{debug,release}/mcp-edge when one is built (the newer
-# of the two); without one it is skipped, and a skip fails the script under CI (CI set and not
-# false or 0). This script never runs cargo. Exit status: 0 only when every check passed.
+# of the two); without one it is skipped, as are TLS listeners without openssl (installed when
+# run as root), and a skip fails the script under CI (CI set and not false or 0). This script
+# never runs cargo. Exit status: 0 only when every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -118,8 +122,19 @@ ensure_venv() {
     cp "$REQ" "$VENV/.requirements-installed"
 }
 
+# openssl makes the throwaway certificate the TLS listeners are --checked with.
+ensure_openssl() {
+    if command -v openssl >/dev/null 2>&1 || ! is_root; then
+        return
+    fi
+    section "installing openssl"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null
+}
+
 install_promtool
 ensure_venv
+ensure_openssl
 PY="$VENV/bin/python"
 KV="$VENV/bin/kubernetes-validate"
 KUBECTL=$(bash scripts/setup-ops.sh)
@@ -193,14 +208,17 @@ done
 # ---- Kubernetes manifests ------------------------------------------------------------------
 
 section "Kubernetes manifests (kubernetes-validate --strict, offline schemas)"
-# Custom resources have no schema offline; they are only parsed as YAML and checked below.
+# Custom resources (these API groups: ServiceMonitor, cert-manager's Certificate) have no schema
+# offline; they are only parsed as YAML and checked below and in the builds.
 # Kustomization files are not Kubernetes objects: the kustomize builds below validate them.
+export CRD_GROUPS="monitoring.coreos.com/ cert-manager.io/"
 is_crd() {
     "$PY" - "$1" <<'EOF'
-import sys, yaml
+import os, sys, yaml
+groups = tuple(os.environ["CRD_GROUPS"].split())
 with open(sys.argv[1]) as fh:
     docs = [d for d in yaml.safe_load_all(fh) if d]
-sys.exit(0 if any(str(d.get("apiVersion", "")).startswith("monitoring.coreos.com/") for d in docs) else 1)
+sys.exit(0 if any(str(d.get("apiVersion", "")).startswith(groups) for d in docs) else 1)
 EOF
 }
 validate() {
@@ -211,9 +229,34 @@ validate() {
     printf '%s\n' "$out"
     [ "$rc" -eq 0 ] && ! grep -q "Couldn't find schema" <<<"$out"
 }
+# Patch files named by a kustomization are partial objects (or JSON patches): not validated on
+# their own, but through the rendered build of that kustomization below.
+mapfile -t patchfiles < <("$PY" - <<'EOF'
+import os, subprocess, yaml
+found = subprocess.run(["find", "deploy", "-path", "deploy/.venv-validate", "-prune", "-o", "-type", "f",
+                        "(", "-name", "kustomization.yaml", "-o", "-name", "kustomization.yml", ")", "-print"],
+                       capture_output=True, text=True, check=True).stdout.split()
+for k in sorted(found):
+    with open(k) as fh:
+        doc = yaml.safe_load(fh) or {}
+    entries = [p.get("path") for p in (doc.get("patches") or []) + (doc.get("patchesJson6902") or [])]
+    entries += list(doc.get("patchesStrategicMerge") or [])
+    for e in entries:
+        if e and not e.lstrip().startswith(("apiVersion", "-", "{", "[")):
+            print(os.path.normpath(os.path.join(os.path.dirname(k), e)))
+EOF
+)
 mapfile -t manifests < <(find deploy -path "$VENV" -prune -o -type f \( -name '*.yaml' -o -name '*.yml' \) \
-    ! -name kustomization.yaml ! -name kustomization.yml -print | sort)
+    ! -name kustomization.yaml ! -name kustomization.yml -print | sort \
+    | grep -vxF -f <(printf '%s\n' "${patchfiles[@]}" "/nonexistent"))
 [ "${#manifests[@]}" -gt 0 ] || fail "no Kubernetes manifest found under deploy/"
+for f in "${patchfiles[@]}"; do
+    if [ -f "$f" ]; then
+        echo "patch: $f (validated in its kustomization's rendered build)"
+    else
+        fail "$f: named as a patch by a kustomization, missing"
+    fi
+done
 for f in "${manifests[@]}"; do
     if is_crd "$f"; then
         if "$PY" - "$f" <<'EOF'
@@ -227,8 +270,17 @@ here = os.path.dirname(path)
 for name in sorted(os.listdir(here)):
     if name.endswith((".yaml", ".yml")):
         with open(os.path.join(here, name)) as fh:
-            services += [d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "Service"]
+            services += [d for d in yaml.safe_load_all(fh) if isinstance(d, dict) and d.get("kind") == "Service"]
 for d in docs:
+    if d.get("kind") == "Certificate":
+        # The Secret a Deployment mounts is checked against the rendered build below.
+        spec = d.get("spec") or {}
+        missing = [k for k in ("secretName", "dnsNames", "issuerRef") if not spec.get(k)]
+        missing += ["issuerRef." + k for k in ("name", "kind") if not (spec.get("issuerRef") or {}).get(k)]
+        if missing or str(d.get("apiVersion")) != "cert-manager.io/v1":
+            sys.exit(f"{path}: Certificate/{d['metadata']['name']}: needs apiVersion cert-manager.io/v1, missing {missing}")
+        print(f"{path}: Certificate/{d['metadata']['name']} → Secret {spec['secretName']}, {len(spec['dnsNames'])} DNS names, issuer {spec['issuerRef']['kind']}/{spec['issuerRef']['name']}")
+        continue
     if d.get("kind") != "ServiceMonitor":
         continue
     spec = d["spec"]
@@ -244,7 +296,7 @@ for d in docs:
     print(f"{path}: ServiceMonitor/{d['metadata']['name']} selects Service/{matched[0]['metadata']['name']}, port(s) {[e['port'] for e in spec['endpoints']]}")
 EOF
         then
-            pass "$f: valid YAML (ServiceMonitor is a CRD: no schema offline, YAML and selector/port only)"
+            pass "$f: valid YAML (a custom resource: no schema offline; ServiceMonitor selector/port, Certificate fields)"
         else
             fail "$f"
         fi
@@ -270,20 +322,21 @@ for dir in "${kdirs[@]}"; do
     # Validate the rendered objects (custom resources left out) and make sure no Secret is
     # rendered: key material is never applied from the repository.
     if "$PY" - "$out" "$out.core.yaml" <<'EOF'
-import sys, yaml
+import os, sys, yaml
+groups = tuple(os.environ["CRD_GROUPS"].split())
 with open(sys.argv[1]) as fh:
     docs = [d for d in yaml.safe_load_all(fh) if d]
 secrets = [d["metadata"]["name"] for d in docs if d.get("kind") == "Secret"]
 if secrets:
     sys.exit(f"{sys.argv[1]}: renders Secret(s) {secrets}; create key Secrets by hand")
-core = [d for d in docs if not str(d.get("apiVersion", "")).startswith("monitoring.coreos.com/")]
+core = [d for d in docs if not str(d.get("apiVersion", "")).startswith(groups)]
 with open(sys.argv[2], "w") as fh:
     yaml.safe_dump_all(core, fh, sort_keys=False)
 print("rendered: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in docs))
 EOF
     then
         if validate "$out.core.yaml" >"$WORK/kv.out" 2>&1; then
-            pass "${KUSTOMIZE[*]} $dir: renders, every built-in object validates, no Secret"
+            pass "${KUSTOMIZE[*]} $dir: renders, every built-in object validates (custom resources excepted), no Secret"
         else
             cat "$WORK/kv.out"
             fail "${KUSTOMIZE[*]} $dir: rendered objects"
@@ -293,7 +346,89 @@ EOF
     fi
 done
 
-# ---- the ConfigMap's mcp-edge.toml ---------------------------------------------------------
+# ---- the TLS example ----------------------------------------------------------------------
+
+section "TLS example (deploy/examples/tls: Certificate, Secret volume, listener, ports)"
+# The pieces the overlay spreads over five files must agree: the Certificate's Secret is the one
+# the Deployment mounts (read-only, 0440, tls.crt and tls.key), the [listeners.tls] files are in
+# that mount, the TLS listener's port is a container port the Service targets and the
+# NetworkPolicy admits, and the overlay's mcp-edge.toml equals the base's apart from
+# [[listeners]] and [forwarding] (it is a full copy: this catches the two drifting apart).
+TLS_DIR=deploy/examples/tls
+TLS_OUT="$WORK/$(echo "$TLS_DIR" | tr / _).yaml"
+BASE_OUT="$WORK/deploy_base.yaml"
+if [ ! -s "$TLS_OUT" ] || [ ! -s "$BASE_OUT" ]; then
+    fail "$TLS_DIR: no rendered build of it and deploy/base to check (see the kustomize builds above)"
+elif "$PY" - "$TLS_OUT" "$BASE_OUT" <<'EOF'
+import sys, tomllib, yaml
+tls_out, base_out = sys.argv[1], sys.argv[2]
+def load(path):
+    with open(path) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+def one(docs, kind):
+    found = [d for d in docs if d.get("kind") == kind]
+    if len(found) != 1:
+        sys.exit(f"expected one {kind}, the build renders {len(found)}")
+    return found[0]
+def toml_of(docs):
+    data = one(docs, "ConfigMap").get("data") or {}
+    return tomllib.loads(data["mcp-edge.toml"])
+docs = load(tls_out)
+cert = one(docs, "Certificate")
+secret = cert["spec"]["secretName"]
+dep = one(docs, "Deployment")
+pod = dep["spec"]["template"]["spec"]
+container = next(c for c in pod["containers"] if c["name"] == "mcp-edge")
+vols = [v for v in pod.get("volumes", []) if (v.get("secret") or {}).get("secretName") == secret]
+if len(vols) != 1:
+    sys.exit(f"Certificate/{cert['metadata']['name']} writes Secret {secret}, which the Deployment does not mount as one volume ({len(vols)})")
+vol = vols[0]
+mounts = [m for m in container.get("volumeMounts", []) if m["name"] == vol["name"]]
+if len(mounts) != 1 or not mounts[0].get("readOnly") or mounts[0].get("subPath"):
+    sys.exit(f"volume {vol['name']} (Secret {secret}): needs exactly one readOnly mount without subPath, has {mounts}")
+mount = mounts[0]["mountPath"].rstrip("/")
+if vol["secret"].get("defaultMode") != 0o440:
+    sys.exit(f"volume {vol['name']}: defaultMode must be 0440 (readable by fsGroup 10001 only), is {vol['secret'].get('defaultMode')}")
+items = {i["path"] for i in vol["secret"].get("items", [])}
+if items and items != {"tls.crt", "tls.key"}:
+    sys.exit(f"volume {vol['name']}: items {sorted(items)}, want tls.crt and tls.key")
+config = toml_of(docs)
+tls_listeners = [l for l in config.get("listeners", []) if "tls" in l]
+if not tls_listeners:
+    sys.exit("the rendered mcp-edge.toml has no [listeners.tls]")
+ports = {p["containerPort"]: p.get("name") for p in container.get("ports", [])}
+svc = one(docs, "Service")
+netpol = one(docs, "NetworkPolicy")
+for l in tls_listeners:
+    for c in l["tls"]["certificates"]:
+        for k, want in (("cert", "tls.crt"), ("key", "tls.key")):
+            if c[k] != f"{mount}/{want}":
+                sys.exit(f"[listeners.tls] {k} = {c[k]!r}: want {mount}/{want} (the Secret {secret} mount)")
+    port = int(l["address"].rsplit(":", 1)[1])
+    if port not in ports:
+        sys.exit(f"listener {l['address']}: port {port} is not a container port ({sorted(ports)})")
+    if not any(p.get("targetPort") in (port, ports[port]) for p in svc["spec"]["ports"]):
+        sys.exit(f"listener {l['address']}: no Service port targets {port} or {ports[port]!r}")
+    if not any(p.get("port") in (port, ports[port]) for r in netpol["spec"].get("ingress", []) for p in r.get("ports", [])):
+        sys.exit(f"listener {l['address']}: the NetworkPolicy admits no ingress on {port}")
+base = toml_of(load(base_out))
+for t in (config, base):
+    t.pop("listeners", None)
+    t.pop("forwarding", None)
+if config != base:
+    diff = sorted(k for k in set(config) | set(base) if config.get(k) != base.get(k))
+    sys.exit(f"the overlay's mcp-edge.toml differs from deploy/base's outside [[listeners]]/[forwarding], in {diff}: copy the change over")
+svc_ports = [f"{p['port']}→{p['targetPort']}" for p in svc["spec"]["ports"]]
+print(f"Certificate/{cert['metadata']['name']} → Secret {secret} → volume {vol['name']} at {mount} (0440, read-only) = [listeners.tls] files; "
+      f"listener port(s) {[l['address'] for l in tls_listeners]}: container {sorted(ports)}, Service {svc_ports}, NetworkPolicy admits it")
+EOF
+then
+    pass "$TLS_DIR: Certificate's Secret is the mounted one, listener files/ports match, TOML equals the base's but for listeners/forwarding"
+else
+    fail "$TLS_DIR: Certificate, Secret volume, listener and ports"
+fi
+
+# ---- the ConfigMaps' mcp-edge.toml ---------------------------------------------------------
 
 section "ConfigMap configuration (mcp-edge --check)"
 BIN=""
@@ -302,20 +437,17 @@ for candidate in target/debug/mcp-edge target/release/mcp-edge; do
         BIN=$candidate
     fi
 done
-if [ -z "$BIN" ]; then
-    skip "no target/debug/mcp-edge or target/release/mcp-edge: build one (cargo build) to --check the ConfigMap"
-else
-    echo "using $BIN (the newer build)"
-    # Every *.toml key of every ConfigMap under deploy/. The key ring path and variable point at
-    # a throwaway test ring (the real one is the hand-made Secret).
-    if "$PY" - "$BIN" "$WORK" "${manifests[@]}" <<'EOF'
+# The key ring path and variable point at a throwaway test ring (the real one is the hand-made
+# Secret); the TLS listeners' /etc/mcp-edge/tls/ files at a throwaway certificate (the real one
+# is cert-manager's or the hand-made Secret). Exit 3: a file was not checked (no certificate).
+cat >"$WORK/check-toml.py" <<'EOF'
 import os, re, subprocess, sys, yaml
-binary, work, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+binary, work, tls_dir, where, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 test_ring = "1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 keys = os.path.join(work, "session-keys")
 with open(keys, "w") as fh:
     fh.write(test_ring + "\n")
-checked, bad = 0, 0
+checked, bad, unchecked = 0, 0, 0
 for path in files:
     with open(path) as fh:
         docs = [d for d in yaml.safe_load_all(fh) if d]
@@ -325,30 +457,72 @@ for path in files:
         for key, text in (d.get("data") or {}).items():
             if not key.endswith(".toml"):
                 continue
+            label = f"{path}: ConfigMap/{d['metadata']['name']} {key}"
             env = dict(os.environ)
             for var in re.findall(r'(?m)^\s*keys_env\s*=\s*"([^"]+)"', text):
                 env[var] = test_ring
             text = re.sub(r'(?m)^(\s*keys_file\s*=\s*).*$', lambda m: m.group(1) + '"%s"' % keys, text)
-            out = os.path.join(work, "%s-%s" % (d["metadata"]["name"], key))
+            note = ""
+            if "/etc/mcp-edge/tls/" in text:
+                if not tls_dir:
+                    unchecked += 1
+                    print(f"{label}: NOT CHECKED (TLS listener, and no throwaway certificate)")
+                    continue
+                text = text.replace("/etc/mcp-edge/tls/", tls_dir.rstrip("/") + "/")
+                note = " (TLS files: the throwaway certificate)"
+            out = os.path.join(work, "%s-%s-%s" % (path.replace("/", "_"), d["metadata"]["name"], key))
             with open(out, "w") as fh:
                 fh.write(text)
             r = subprocess.run([binary, "--check", out], env=env, capture_output=True, text=True)
-            label = f"{path}: ConfigMap/{d['metadata']['name']} {key}"
             checked += 1
             if r.returncode == 0:
-                print(f"{label}: ok")
+                print(f"{label}: ok{note}")
             else:
                 bad += 1
-                print(f"{label}: REJECTED\n{r.stdout}{r.stderr}")
-if checked == 0:
+                print(f"{label}: REJECTED{note}\n{r.stdout}{r.stderr}")
+if checked + unchecked == 0 and where == "files":
     sys.exit("no ConfigMap with a .toml key under deploy/")
-sys.exit(1 if bad else 0)
+sys.exit(1 if bad else 3 if unchecked else 0)
 EOF
-    then
-        pass "ConfigMap TOML passes $BIN --check"
-    else
-        fail "ConfigMap TOML with $BIN --check"
+if [ -z "$BIN" ]; then
+    skip "no target/debug/mcp-edge or target/release/mcp-edge: build one (cargo build) to --check the ConfigMap"
+else
+    echo "using $BIN (the newer build)"
+    # A self-signed P-256 certificate for the name mcp-edge, valid one day, in the temp dir.
+    TLS_CERTS="$WORK/tls"
+    mkdir -p "$TLS_CERTS"
+    if ! command -v openssl >/dev/null 2>&1; then
+        skip "no openssl (run as root to install it): TLS listeners cannot be --checked"
+        TLS_CERTS=""
+    elif ! openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+        -subj /CN=mcp-edge -addext subjectAltName=DNS:mcp-edge \
+        -keyout "$TLS_CERTS/tls.key" -out "$TLS_CERTS/tls.crt" >"$WORK/openssl.out" 2>&1; then
+        cat "$WORK/openssl.out"
+        fail "openssl: making the throwaway TLS certificate"
+        TLS_CERTS=""
     fi
+    # Every *.toml key of every ConfigMap file under deploy/, then of every rendered build (an
+    # overlay's ConfigMap patch is only whole there).
+    rc=0
+    "$PY" "$WORK/check-toml.py" "$BIN" "$WORK" "$TLS_CERTS" files "${manifests[@]}" || rc=$?
+    case $rc in
+        0) pass "ConfigMap files: TOML passes $BIN --check" ;;
+        3) skip "ConfigMap files: a TLS listener's TOML not --checked (no throwaway certificate)" ;;
+        *) fail "ConfigMap files: TOML with $BIN --check" ;;
+    esac
+    for dir in "${kdirs[@]}"; do
+        out="$WORK/$(echo "$dir" | tr / _).yaml"
+        [ -s "$out" ] || continue  # the build failed above
+        grep -q '^kind: ConfigMap$' "$out" || continue
+        rc=0
+        "$PY" "$WORK/check-toml.py" "$BIN" "$WORK" "$TLS_CERTS" build "$out" \
+            | sed "s|^$WORK/[^:]*|${KUSTOMIZE[*]} $dir|" || rc=${PIPESTATUS[0]}
+        case $rc in
+            0) pass "${KUSTOMIZE[*]} $dir: rendered ConfigMap TOML passes $BIN --check" ;;
+            3) skip "${KUSTOMIZE[*]} $dir: TLS listener TOML not --checked (no throwaway certificate)" ;;
+            *) fail "${KUSTOMIZE[*]} $dir: rendered ConfigMap TOML with $BIN --check" ;;
+        esac
+    done
 fi
 
 printf '\ncheck-ops: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"

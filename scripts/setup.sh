@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # Install everything mcp-edge's build and tests need on a fresh Debian machine:
-# cmake (Pingora's zlib-ng build), the official MCP SDK peers (npm ci from the committed
-# lockfile) and the Python SDK peer (a venv from pinned requirements).
+# cmake (Pingora's zlib-ng build), chromium (headless browser for the CORS tests), the official
+# MCP SDK peers (npm ci from the committed lockfile) and the Python SDK peer (a venv from pinned
+# requirements).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v cmake >/dev/null 2>&1; then
+# install_missing COMMAND PACKAGE: the Debian package when the command is missing (as root),
+# else a clear message and failure.
+install_missing() {
+  command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
   else
-    echo "scripts/setup.sh: cmake is missing; install it (sudo apt-get install cmake)" >&2
+    echo "scripts/setup.sh: $1 is missing; install it (sudo apt-get install $2)" >&2
     exit 1
   fi
+}
+
+install_missing cmake cmake
+# Headless Chromium for the browser tests (tests/browser.rs).
+if [ "${1:-}" != "--build-only" ]; then
+  install_missing chromium chromium
 fi
 
 if [ "${1:-}" != "--build-only" ]; then

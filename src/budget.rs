@@ -33,6 +33,12 @@ pub const CONNECTION_COST: usize = 48 * 1024;
 /// response body buffer): a whole idle stream measures about 70 KiB (docs/benchmarks.md, P4),
 /// of which about 45 KiB is its client connection, already counted as such.
 pub const STREAM_COST: usize = 32 * 1024;
+/// What a TLS handshake holds besides its connection, until it completes: rustls joins a
+/// handshake message of up to 64 KiB while Pingora's read buffer holds as much. Measured (the
+/// debug binary, 1,000 connections each): a ClientHello claiming 64 KiB and stalled after
+/// 48 KiB, 131 KB per connection; a TLS connection stalled in its first head after the
+/// handshake, 39 KB (a plain one: 20 KB).
+pub const TLS_HANDSHAKE_COST: usize = 96 * 1024;
 /// A holder counts as stalled once it has made no progress for this long.
 const STALLED_AFTER: Duration = Duration::from_millis(500);
 /// How long work waits for the room closed holders give back before it is refused.

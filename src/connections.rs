@@ -11,6 +11,12 @@
 //!   head itself, before it hands the connection to Pingora (the bytes are given back with
 //!   `Stream::rewind`, the hook Pingora keeps for protocol detection). Until then a
 //!   connection costs a few KiB instead of Pingora's session state.
+//! - TLS listeners: the edge runs the handshake itself, under the same deadline and memory
+//!   watch, so a slow or stalled handshake holds no more than a stalled head and a flood of
+//!   them cannot keep other clients out. Plain HTTP sent to a TLS port gets a readable 400
+//!   (`tls_required`). The first head is then read through the TLS stream the same way as on
+//!   a plain connection, by the same deadline (from accept), and given back with
+//!   [`Rewound`]; an HTTP/2 client's preface likewise.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,14 +25,16 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
+use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::stream::Stream as TcpStream;
-use pingora::protocols::Stream;
+use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::budget::{Budget, Eviction, Holder, Watch, CONNECTION_COST};
+use crate::budget::{Budget, Eviction, Holder, Watch, CONNECTION_COST, TLS_HANDSHAKE_COST};
 use crate::error::{EdgeError, ErrorKind, ERROR_HEADER};
-use crate::metrics;
+use crate::metrics::{self, HandshakeFailure};
+use crate::rewind::{Rewind, Rewound};
 use crate::runtime::Runtime;
 
 /// Wraps a listener's app: counts its connections, reserves their memory and reads each
@@ -37,16 +45,25 @@ pub struct ConnectionLimit<A> {
     budget: Arc<Budget>,
     /// The listener accepts HTTP/2 with prior knowledge.
     h2c: bool,
+    /// A TLS listener's handshake.
+    tls: Option<Acceptor>,
     open: AtomicUsize,
 }
 
 impl<A> ConnectionLimit<A> {
-    pub fn new(inner: A, runtime: Arc<ArcSwap<Runtime>>, budget: Arc<Budget>, h2c: bool) -> Self {
+    pub fn new(
+        inner: A,
+        runtime: Arc<ArcSwap<Runtime>>,
+        budget: Arc<Budget>,
+        h2c: bool,
+        tls: Option<Acceptor>,
+    ) -> Self {
         ConnectionLimit {
             inner: Arc::new(inner),
             runtime,
             budget,
             h2c,
+            tls,
             open: AtomicUsize::new(0),
         }
     }
@@ -68,6 +85,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let snapshot = self.runtime.load_full();
+        let head_deadline = tokio::time::Instant::now() + snapshot.timeouts.request_head;
         self.budget.set_limit(snapshot.limits.memory_budget);
         let before = self.open.fetch_add(1, Ordering::AcqRel);
         let _open = Open(&self.open);
@@ -81,14 +99,37 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             .reserve(Holder::Connection, CONNECTION_COST)
             .await?;
         let t = &snapshot;
-        let (session, http2) = first_head(
-            session,
-            &self.budget,
-            t.timeouts.request_head,
-            t.limits.max_header_bytes,
-            self.h2c,
-        )
-        .await?;
+        let (session, http2): (Stream, bool) = match &self.tls {
+            Some(acceptor) => {
+                // The handshake, then the first head read through the TLS stream (given
+                // back to Pingora by `Rewound`), both by the same deadline.
+                let handshaking = self
+                    .budget
+                    .reserve(Holder::Connection, TLS_HANDSHAKE_COST)
+                    .await?;
+                let tls = handshake(session, acceptor, &self.budget, head_deadline).await?;
+                drop(handshaking);
+                let h2 = tls.selected_alpn_proto() == Some(ALPN::H2);
+                let mut stream = Rewound::new(tls);
+                let head = Head {
+                    deadline: head_deadline,
+                    max_bytes: t.limits.max_header_bytes,
+                    h2_preface: h2,
+                };
+                let http2 = first_head(&mut stream, &self.budget, &head).await?;
+                (Box::new(stream), http2)
+            }
+            None => {
+                let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
+                let head = Head {
+                    deadline: head_deadline,
+                    max_bytes: t.limits.max_header_bytes,
+                    h2_preface: self.h2c,
+                };
+                let http2 = first_head(&mut stream, &self.budget, &head).await?;
+                (Box::new(stream), http2)
+            }
+        };
         if http2 {
             // Its streams run in tasks of their own: no per-request marks reach it here.
             return self.inner.process_new(session, shutdown).await;
@@ -128,34 +169,32 @@ pub fn request_ended() {
     let _ = CONNECTION.try_with(|c| c.candidate().idle());
 }
 
+/// How the first head is read.
+struct Head {
+    /// Complete by then (from accept), or the connection closes.
+    deadline: tokio::time::Instant,
+    /// Larger: 431.
+    max_bytes: usize,
+    /// The client may speak HTTP/2 (h2c, or h2 by ALPN): read at least the 24-byte preface.
+    h2_preface: bool,
+}
+
 /// Read until the first request head is complete, then give the bytes back to the stream for
 /// Pingora. `None`: the connection is to be closed (the client left, the deadline passed,
-/// the head was too large — answered 431 — or the budget needed the room); `true` beside
-/// the stream: the client speaks HTTP/2.
-async fn first_head(
-    session: Stream,
-    budget: &Arc<Budget>,
-    deadline: Duration,
-    max_bytes: usize,
-    h2c: bool,
-) -> Option<(Stream, bool)> {
-    if !session.as_any().is::<TcpStream>() {
-        // Not a plain TCP stream (TLS, say): Pingora's own reads apply.
-        return Some((session, true));
-    }
-    let mut stream = session.into_any().downcast::<TcpStream>().ok()?;
+/// the head was too large — answered 431 — or the budget needed the room); `Some(true)`:
+/// the client speaks HTTP/2.
+async fn first_head<S: Rewind>(stream: &mut S, budget: &Arc<Budget>, at: &Head) -> Option<bool> {
     let watch = budget.watch(Eviction::StalledHead);
-    let deadline = tokio::time::Instant::now() + deadline;
     let mut head = Vec::new();
     let mut chunk = [0u8; 2048];
     loop {
-        if head.len() > max_bytes {
-            too_large(&mut stream, max_bytes).await;
+        if head.len() > at.max_bytes {
+            too_large(stream, at.max_bytes).await;
             return None;
         }
         let n = tokio::select! {
             r = stream.read(&mut chunk) => r.ok().filter(|n| *n > 0)?,
-            _ = tokio::time::sleep_until(deadline) => {
+            _ = tokio::time::sleep_until(at.deadline) => {
                 metrics::get().budget.head_timeouts.inc();
                 return None;
             }
@@ -165,15 +204,73 @@ async fn first_head(
         // Only the new bytes (and the two before them) can complete the head.
         let from = head.len().saturating_sub(2);
         head.extend_from_slice(&chunk[..n]);
-        // An h2c listener's preface check reads 24 bytes before it looks: hand over fewer
-        // and it would wait with no deadline.
-        if head_complete(&head, from) && (!h2c || head.len() >= H2_PREFACE_LEN) {
+        // Pingora's h2c preface check reads 24 bytes before it looks (and the HTTP/2
+        // handshake waits for the preface with no deadline): hand over fewer and it would
+        // wait for ever.
+        if head_complete(&head, from) && (!at.h2_preface || head.len() >= H2_PREFACE_LEN) {
             break;
         }
     }
     let http2 = head.starts_with(H2_PREFACE);
     stream.rewind(&head);
-    Some((stream, http2))
+    Some(http2)
+}
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Run a TLS listener's handshake by `deadline` (from accept). `None`: closed (plain HTTP
+/// — answered 400 —, the deadline, a failed handshake, or the budget needed the room), each
+/// counted once.
+async fn handshake(
+    session: Stream,
+    acceptor: &Acceptor,
+    budget: &Arc<Budget>,
+    deadline: tokio::time::Instant,
+) -> Option<Stream> {
+    let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
+    let watch = budget.watch(Eviction::StalledHead);
+    let m = metrics::get();
+    let mut first = [0u8; 1];
+    let read = tokio::select! {
+        r = stream.read(&mut first) => r.ok().filter(|n| *n > 0),
+        _ = tokio::time::sleep_until(deadline) => {
+            m.handshake_failure(HandshakeFailure::Timeout);
+            return None;
+        }
+        _ = watch.candidate().evicted() => {
+            m.handshake_failure(HandshakeFailure::Evicted);
+            return None;
+        }
+    };
+    read?;
+    watch.candidate().progressed();
+    if first[0] != TLS_HANDSHAKE_RECORD {
+        m.handshake_failure(HandshakeFailure::PlainHttp);
+        // What nginx does there too; the request is not read further.
+        answer_and_close(&mut stream, "400 Bad Request", EdgeError::TlsRequired).await;
+        drain_before_close(&mut stream).await;
+        return None;
+    }
+    stream.rewind(&first);
+    tokio::select! {
+        r = acceptor.tls_handshake(stream) => match r {
+            Ok(tls) => Some(Box::new(tls)),
+            Err(e) => {
+                log::debug!("TLS handshake failed: {e}");
+                m.handshake_failure(HandshakeFailure::Failed);
+                None
+            }
+        },
+        _ = tokio::time::sleep_until(deadline) => {
+            m.handshake_failure(HandshakeFailure::Timeout);
+            None
+        }
+        _ = watch.candidate().evicted() => {
+            m.handshake_failure(HandshakeFailure::Evicted);
+            None
+        }
+    }
 }
 
 /// The bytes from `from` on end a request head: a blank line after a request line (bare LF
@@ -188,12 +285,34 @@ fn head_complete(bytes: &[u8], from: usize) -> bool {
 }
 
 /// 431 for a first head larger than `limits.max_header_bytes`, then close.
-async fn too_large(stream: &mut TcpStream, limit: usize) {
+async fn too_large<S: AsyncWrite + Unpin>(stream: &mut S, limit: usize) {
     let error = EdgeError::HeadersTooLarge { limit };
+    answer_and_close(stream, "431 Request Header Fields Too Large", error).await;
+}
+
+/// Read what the client still sends (a bounded amount, briefly) before closing, so that
+/// the close is not a reset that could destroy the answer before the client reads it.
+async fn drain_before_close(stream: &mut TcpStream) {
+    let mut sink = [0u8; 4096];
+    let mut left = 64 * 1024usize;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+/// Write an edge error as a whole HTTP/1.1 response before Pingora has the connection
+/// (counted like every edge error); the caller then closes it.
+async fn answer_and_close<S: AsyncWrite + Unpin>(stream: &mut S, status: &str, error: EdgeError) {
     metrics::get().edge_error(error.kind());
     let body = error.body(None);
     let head = format!(
-        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         error.kind().as_str(),
         body.len()
     );

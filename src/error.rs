@@ -85,6 +85,7 @@ pub enum ErrorKind {
     HostRejected,
     Overloaded,
     BodyTimeout,
+    TlsRequired,
 }
 
 impl ErrorKind {
@@ -178,6 +179,8 @@ pub enum EdgeError {
     Overloaded { limit: &'static str },
     /// The client stopped sending its body for longer than `timeouts.request_body_ms`.
     BodyTimeout,
+    /// Plain HTTP sent to a TLS listener.
+    TlsRequired,
 }
 
 impl EdgeError {
@@ -213,6 +216,7 @@ impl EdgeError {
             EdgeError::HostRejected { .. } => ErrorKind::HostRejected,
             EdgeError::Overloaded { .. } => ErrorKind::Overloaded,
             EdgeError::BodyTimeout => ErrorKind::BodyTimeout,
+            EdgeError::TlsRequired => ErrorKind::TlsRequired,
         }
     }
 
@@ -224,6 +228,7 @@ impl EdgeError {
             | EdgeError::InvalidRequest { .. }
             | EdgeError::InvalidMeta { .. }
             | EdgeError::SessionMissing
+            | EdgeError::TlsRequired
             | EdgeError::ClientError { .. } => 400,
             EdgeError::SessionUnknown { .. }
             | EdgeError::SessionExpired
@@ -266,6 +271,7 @@ impl EdgeError {
             | EdgeError::HostRejected { .. }
             | EdgeError::Overloaded { .. }
             | EdgeError::BodyTimeout
+            | EdgeError::TlsRequired
             | EdgeError::BodyTooLarge { .. }
             | EdgeError::HeadersTooLarge { .. }
             | EdgeError::UnsupportedMediaType { .. }
@@ -322,6 +328,9 @@ impl EdgeError {
             EdgeError::HostRejected { host } => format!("Host '{host}' is not served here"),
             EdgeError::Overloaded { limit } => format!("The edge is at its {limit} limit; retry later"),
             EdgeError::BodyTimeout => "The request body was not received in time".to_string(),
+            EdgeError::TlsRequired => {
+                "This port speaks TLS: send the request over https://".to_string()
+            }
         }
     }
 

@@ -16,11 +16,13 @@ pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;
+pub mod rewind;
 pub mod routing;
 pub mod runtime;
 pub mod session;
 pub mod shutdown;
 pub mod sse;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,6 +90,18 @@ pub fn build_server(config: Config, options: Options) -> Built {
         service.add_tcp(&addr.to_string());
         server.add_service(service);
     }
+    let watched: Vec<_> = startup
+        .listeners
+        .iter()
+        .filter_map(|l| l.tls.as_ref())
+        .filter_map(|t| t.watch.map(|every| (t.certificates.clone(), every)))
+        .collect();
+    if !watched.is_empty() {
+        server.add_service(background_service(
+            "certificate watch",
+            reload::CertificateWatch { watched },
+        ));
+    }
     server.add_service(background_service(
         "pool maintenance",
         maintenance::Maintenance {
@@ -116,15 +130,28 @@ fn add_listeners(
 ) {
     let load = proxy::Load::new(budget.clone());
     for (i, listener) in startup.listeners.iter().enumerate() {
-        let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone());
+        let tls = listener.tls.as_ref().map(|t| {
+            pingora::listeners::tls::Acceptor::from_server_config(t.certificates.server_config())
+        });
+        let edge = proxy::Edge::new(
+            runtime.clone(),
+            drained.clone(),
+            load.clone(),
+            tls.is_some(),
+        );
         let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);
         if listener.h2c {
             let mut options = HttpServerOptions::default();
             options.h2c = true;
             proxy.server_options = Some(options);
         }
-        let app =
-            connections::ConnectionLimit::new(proxy, runtime.clone(), budget.clone(), listener.h2c);
+        let app = connections::ConnectionLimit::new(
+            proxy,
+            runtime.clone(),
+            budget.clone(),
+            listener.h2c,
+            tls,
+        );
         let mut service =
             Service::new(format!("mcp-edge listener {i} ({})", listener.address), app);
         service.add_tcp(&listener.address.to_string());

@@ -44,6 +44,10 @@ pub struct Metrics {
     pub pools: PoolMetrics,
     /// The memory budget.
     pub budget: BudgetMetrics,
+    /// TLS listeners and upstreams.
+    pub tls: TlsMetrics,
+    /// Requests answered by the edge's CORS policy (preflights), by route.
+    pub cors_preflights: IntCounterVec,
     /// Member labels last published per pool, so departed members' series are removed.
     published: Mutex<HashMap<String, HashSet<String>>>,
 }
@@ -73,6 +77,33 @@ pub struct BudgetMetrics {
     pub evictions: IntCounterVec,
     /// Connections closed because their first request head was not complete in time.
     pub head_timeouts: IntCounter,
+}
+
+/// TLS listeners and HTTPS pools.
+pub struct TlsMetrics {
+    /// Each served certificate's notAfter (seconds since the epoch), by listener and name.
+    pub certificate_expiry: IntGaugeVec,
+    /// Certificate reloads by result (`success`, `failure`).
+    pub certificate_reloads: IntCounterVec,
+    /// Client connections that did not complete a TLS handshake, by reason.
+    pub handshake_failures: IntCounterVec,
+    /// Handshakes with members that failed (untrusted, expired or wrong-name certificate),
+    /// by pool and member.
+    pub upstream_failures: IntCounterVec,
+}
+
+/// Why a client's TLS handshake failed (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum HandshakeFailure {
+    /// Plain HTTP sent to a TLS port (answered 400).
+    PlainHttp,
+    /// Not complete within `timeouts.request_head_ms`.
+    Timeout,
+    /// Closed to make room in the memory budget.
+    Evicted,
+    /// The handshake itself failed (no common version or cipher, bad record, the client left).
+    Failed,
 }
 
 /// Why the edge refused a session token: the `reason` label of
@@ -144,6 +175,8 @@ pub enum Outcome {
     ClientError,
     Rejected,
     Failed,
+    /// The edge answered it itself (a CORS preflight).
+    Answered,
 }
 
 /// A route's handles on the per-request series, each resolved (label lookup, hashing, lock)
@@ -156,7 +189,7 @@ pub struct RouteSeries {
 }
 
 const ERAS: usize = 3;
-const OUTCOMES: usize = 4;
+const OUTCOMES: usize = 5;
 
 impl Default for RouteSeries {
     fn default() -> Self {
@@ -337,6 +370,12 @@ fn build() -> Result<Metrics, prometheus::Error> {
         )?,
         pools: pool_metrics(&r)?,
         budget: budget_metrics(&r)?,
+        tls: tls_metrics(&r)?,
+        cors_preflights: r.counter(
+            "mcp_edge_cors_preflights_total",
+            "CORS preflight requests answered by the edge, by route",
+            &["route"],
+        )?,
         published: Mutex::new(HashMap::new()),
         registry: r.0,
     };
@@ -369,6 +408,31 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
         connect_failures: r.counter(
             "mcp_edge_upstream_connect_failures_total",
             "Failed connections to a member (refused, timed out)",
+            &["pool", "member"],
+        )?,
+    })
+}
+
+fn tls_metrics(r: &Registrar) -> Result<TlsMetrics, prometheus::Error> {
+    Ok(TlsMetrics {
+        certificate_expiry: r.gauge(
+            "mcp_edge_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of each certificate a TLS listener serves",
+            &["listener", "name"],
+        )?,
+        certificate_reloads: r.counter(
+            "mcp_edge_tls_certificate_reloads_total",
+            "TLS certificate reloads by result",
+            &["result"],
+        )?,
+        handshake_failures: r.counter(
+            "mcp_edge_tls_handshake_failures_total",
+            "Client connections that did not complete a TLS handshake, by reason",
+            &["reason"],
+        )?,
+        upstream_failures: r.counter(
+            "mcp_edge_upstream_tls_failures_total",
+            "Failed TLS handshakes with members (certificate untrusted, expired or for another name)",
             &["pool", "member"],
         )?,
     })
@@ -434,6 +498,18 @@ fn preregister(m: &Metrics) {
             .with_label_values(&[label(reason)])
             .inc_by(0);
     }
+    for reason in HandshakeFailure::iter() {
+        m.tls
+            .handshake_failures
+            .with_label_values(&[label(reason)])
+            .inc_by(0);
+    }
+    for result in ReloadResult::iter() {
+        m.tls
+            .certificate_reloads
+            .with_label_values(&[label(result)])
+            .inc_by(0);
+    }
     for era in [EraLabel::Modern, EraLabel::Legacy] {
         m.active_sse.with_label_values(&[label(era)]).set(0);
     }
@@ -464,6 +540,18 @@ impl Metrics {
     }
     pub fn reload(&self, result: ReloadResult) {
         self.config_reloads
+            .with_label_values(&[label(result)])
+            .inc();
+    }
+    pub fn handshake_failure(&self, reason: HandshakeFailure) {
+        self.tls
+            .handshake_failures
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
+    pub fn certificate_reload(&self, result: ReloadResult) {
+        self.tls
+            .certificate_reloads
             .with_label_values(&[label(result)])
             .inc();
     }

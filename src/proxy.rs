@@ -11,7 +11,9 @@
 pub mod access_log;
 pub mod admit;
 pub mod body;
+pub mod cors;
 pub mod ctx;
+pub mod forwarding;
 pub mod legacy;
 pub mod limits;
 pub mod replay;
@@ -41,14 +43,22 @@ pub struct Edge {
     /// Turns `true` when the edge shuts down: open event streams end.
     cutoff: watch::Receiver<bool>,
     load: Load,
+    /// This listener speaks TLS (`X-Forwarded-Proto: https`).
+    tls: bool,
 }
 
 impl Edge {
-    pub fn new(runtime: Arc<ArcSwap<Runtime>>, cutoff: watch::Receiver<bool>, load: Load) -> Self {
+    pub fn new(
+        runtime: Arc<ArcSwap<Runtime>>,
+        cutoff: watch::Receiver<bool>,
+        load: Load,
+        tls: bool,
+    ) -> Self {
         Edge {
             runtime,
             cutoff,
             load,
+            tls,
         }
     }
 }
@@ -71,8 +81,16 @@ impl ProxyHttp for Edge {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         crate::connections::request_started();
         match admit::admit(session, ctx, &self.load).await {
-            Ok(admission) => {
-                ctx.admitted = Some(admission.admitted);
+            Ok(admit::Admission::Preflight {
+                methods,
+                max_age,
+                any_header,
+            }) => {
+                cors::answer_preflight(session, ctx, methods, max_age, any_header).await;
+                Ok(true)
+            }
+            Ok(admit::Admission::Proxy { admitted, body }) => {
+                ctx.admitted = Some(admitted);
                 let cutoff = self.cutoff.clone();
                 let t = ctx.snapshot.timeouts;
                 let silence = replay::Silence {
@@ -80,7 +98,7 @@ impl ProxyHttp for Edge {
                     gap: t.upstream_read,
                     stream_idle: t.stream_idle,
                 };
-                let (handback, stored) = replay::install(session, admission.body, cutoff, silence);
+                let (handback, stored) = replay::install(session, body, cutoff, silence);
                 ctx.handback = Some(handback);
                 ctx.body = stored;
                 Ok(false)
@@ -137,13 +155,34 @@ impl ProxyHttp for Edge {
             upstream.remove_header(&http::header::CONTENT_LENGTH);
             upstream.remove_header(&http::header::TRANSFER_ENCODING);
         }
-        legacy::restore_upstream_target(upstream, admitted(ctx)?)?;
+        let admitted = admitted(ctx)?;
+        legacy::restore_upstream_target(upstream, admitted)?;
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
-        if upstream.headers.get(http::header::HOST).is_none() {
-            if let Some(authority) = session.req_header().uri.authority() {
-                let authority = authority.as_str().to_owned();
-                upstream.insert_header(http::header::HOST, authority)?;
+        let req = session.req_header();
+        let host = req
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri.authority().map(|a| a.as_str()))
+            .map(str::to_owned);
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        forwarding::apply(
+            upstream,
+            &ctx.snapshot.forwarding,
+            client,
+            self.tls,
+            host.as_deref(),
+        )?;
+        match (&admitted.route.pool.host, host) {
+            // A remote server behind its own name (`[[pools]] host`).
+            (Some(pool_host), _) => upstream.insert_header(http::header::HOST, pool_host)?,
+            (None, Some(host)) if upstream.headers.get(http::header::HOST).is_none() => {
+                upstream.insert_header(http::header::HOST, host)?
             }
+            _ => {}
         }
         Ok(())
     }
@@ -155,6 +194,11 @@ impl ProxyHttp for Edge {
         ctx: &mut Ctx,
     ) -> Result<()> {
         legacy::seal_session_header(resp, ctx)?;
+        match &ctx.cors {
+            Some(origin) => cors::apply(resp, origin)?,
+            None if admitted(ctx)?.route.origins.grants_any() => cors::vary_only(resp)?,
+            None => {}
+        }
         record_upstream_response(resp, ctx);
         let is_sse = resp
             .headers

@@ -7,6 +7,9 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use pingora::upstreams::peer::HttpPeer;
+
+use crate::tls::UpstreamTls;
 
 pub mod health;
 
@@ -132,6 +135,10 @@ pub struct Pool {
     next: AtomicUsize,
     /// Handle on this pool's `mcp_edge_upstream_latency_seconds` series.
     pub latency: std::sync::OnceLock<prometheus::Histogram>,
+    /// The members speak HTTPS (`[pools.tls]`).
+    pub tls: Option<Arc<UpstreamTls>>,
+    /// The `Host` members are sent instead of the client's.
+    pub host: Option<String>,
 }
 
 impl Pool {
@@ -147,7 +154,29 @@ impl Pool {
             members: ArcSwap::from_pointee(members),
             next: AtomicUsize::new(0),
             latency: Default::default(),
+            tls: None,
+            host: None,
         }
+    }
+
+    /// The Pingora peer for one of this pool's members: plain, or TLS with the pool's SNI,
+    /// verification, CA bundle and client certificate. Requests and health checks both
+    /// connect through it, so a check fails where a request would.
+    pub fn peer(&self, member: &Member) -> HttpPeer {
+        let Some(tls) = &self.tls else {
+            return HttpPeer::new(member.addr, false, String::new());
+        };
+        let sni = tls
+            .sni
+            .clone()
+            .unwrap_or_else(|| member.addr.ip().to_string());
+        let mut peer = HttpPeer::new(member.addr, true, sni);
+        peer.options.verify_cert = tls.verify;
+        peer.options.verify_hostname = tls.verify;
+        peer.options.ca = tls.ca.clone();
+        peer.client_cert_key = tls.client.clone();
+        peer.group_key = tls.group;
+        peer
     }
 
     pub fn members(&self) -> Arc<Vec<Arc<Member>>> {

@@ -53,6 +53,8 @@ pub struct Route {
     pub origins: OriginPolicy,
     /// Lower-cased `host` / `host:port` entries; empty allows any Host.
     pub hosts: Vec<String>,
+    /// `Access-Control-Max-Age` of the edge's preflight answers (`cors_max_age_seconds`).
+    pub cors_max_age: u64,
     /// Handles on this route's per-request metric series.
     pub series: crate::metrics::RouteSeries,
 }
@@ -66,6 +68,8 @@ pub enum EndpointKind {
     SseStream,
     /// Legacy HTTP+SSE: POSTs carrying the session in a query parameter.
     Messages,
+    /// A `[[passthrough]]` route: any method, forwarded as it is, no MCP checks.
+    Passthrough,
 }
 
 #[derive(Debug, Clone)]
@@ -74,10 +78,45 @@ pub struct Endpoint {
     pub kind: EndpointKind,
 }
 
+/// `[forwarding]`: the headers that tell upstreams who the client is.
+#[derive(Debug, Clone, Default)]
+pub struct Forwarding {
+    pub x_forwarded: bool,
+    pub forwarded: bool,
+    /// Peers whose forwarding headers are kept (and appended to).
+    pub trusted: Vec<ipnet::IpNet>,
+}
+
+impl Forwarding {
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(&peer))
+    }
+}
+
+/// A pass-through `prefix` covers `path` at a segment boundary (`/a` covers `/a` and `/a/b`,
+/// not `/ab`), and only a path an upstream cannot resolve elsewhere: no `.` or `..` segment,
+/// no percent-encoded `.`, `/` or backslash, no backslash (the edge forwards paths as sent, and a server
+/// that normalises them would otherwise serve `/prefix/../mcp` as `/mcp`).
+pub fn covers(prefix: &str, path: &str) -> bool {
+    let Some(rest) = path.strip_prefix(prefix) else {
+        return false;
+    };
+    let boundary = prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/');
+    let lower = path.to_ascii_lowercase();
+    let clean = !path.split('/').any(|seg| seg == "." || seg == "..")
+        && !["%2e", "%2f", "%5c", "\\"]
+            .iter()
+            .any(|bad| lower.contains(bad));
+    boundary && clean
+}
+
 /// One immutable snapshot of everything the request path reads.
 #[derive(Debug)]
 pub struct Runtime {
     pub endpoints: HashMap<String, Endpoint>,
+    /// `[[passthrough]] path_prefix` routes, longest prefix first.
+    pub prefixes: Vec<(String, Endpoint)>,
+    pub forwarding: Forwarding,
     pub pools: HashMap<String, Arc<Pool>>,
     pub limits: Limits,
     pub timeouts: Timeouts,
@@ -87,8 +126,15 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// The endpoint serving `path`: an exact path, else the longest pass-through prefix that
+    /// covers it (see [`covers`]).
     pub fn endpoint(&self, path: &str) -> Option<&Endpoint> {
-        self.endpoints.get(path)
+        self.endpoints.get(path).or_else(|| {
+            self.prefixes
+                .iter()
+                .find(|(prefix, _)| covers(prefix, path))
+                .map(|(_, e)| e)
+        })
     }
 
     /// Carry member sets and health over from the snapshot this one replaces (reload), so a
@@ -106,5 +152,32 @@ impl Runtime {
         self.pools
             .values()
             .all(|p| p.members().iter().any(|m| m.is_healthy()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn prefixes_cover_whole_segments_of_clean_paths() {
+        let p = "/.well-known/oauth-protected-resource";
+        assert!(covers(p, p));
+        assert!(covers(p, "/.well-known/oauth-protected-resource/mcp"));
+        assert!(!covers(p, "/.well-known/oauth-protected-resourceX"));
+        assert!(!covers(
+            p,
+            "/.well-known/oauth-protected-resource/../../mcp"
+        ));
+        assert!(!covers(p, "/.well-known/oauth-protected-resource/./x"));
+        assert!(!covers(
+            p,
+            "/.well-known/oauth-protected-resource/%2e%2E/mcp"
+        ));
+        assert!(!covers(p, "/.well-known/oauth-protected-resource/..%2Fmcp"));
+        assert!(!covers(p, "/.well-known/oauth-protected-resource/..\\mcp"));
+        assert!(covers("/docs/", "/docs/a"));
+        assert!(!covers("/docs/", "/docs"));
+        assert!(!covers("/docs", "/doc"));
     }
 }

@@ -416,3 +416,64 @@ async fn a_stalled_head_costs_less_than_a_pingora_session() {
     eprintln!("{HEADS} stalled heads: {} B each", each);
     assert!(each < 40 * 1024, "a stalled head costs {each} B");
 }
+
+/// The same against a TLS listener: thousands of handshakes stalled inside a ClientHello that
+/// claims 64 KiB (each has sent 48 KiB of it; rustls and Pingora buffer that much) stay
+/// inside the Deployment's limit, and a well-behaved TLS client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_tls_handshakes_stay_inside_the_deployment_limit() {
+    let pki = common::tls::Pki::new();
+    let cert = pki.issue(&["localhost"]);
+    let member = Mock::start(Behavior::Json).await;
+    let (path, port) = (temp_config(), free_port());
+    let text = format!(
+        "[server]\nthreads = 2\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n[listeners.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\n{}",
+        cert.cert.display(),
+        cert.key.display(),
+        unchecked_pool_and_route(&[member.addr], "versions = [\"2026-07-28\"]")
+    );
+    std::fs::write(&path, text).unwrap();
+    let edge = spawn_with(&path, port, &[]);
+    // A handshake record of 16 KiB starting a ClientHello that claims 65,520 bytes, and two
+    // more records of it: 48 KiB of a message that never completes.
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0xff, 0xf0, 0x03, 0x03,
+    ];
+    hello.resize(5 + 16 * 1024, 0);
+    for _ in 0..2 {
+        hello.extend_from_slice(&[0x16, 0x03, 0x01, 0x40, 0x00]);
+        hello.resize(hello.len() + 16 * 1024, 0);
+    }
+    let mut held = Vec::new();
+    for _ in 0..4000 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)).await else {
+            continue;
+        };
+        if s.write_all(&hello).await.is_ok() {
+            held.push(s);
+        }
+    }
+    let c = pki.client(false);
+    let url = format!("https://localhost:{port}/mcp");
+    let started = Instant::now();
+    let resp = modern_request(&c, &url, &modern_body(json!(1), "tools/list", json!({})))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let (_, peak) = memory(edge.child.id());
+    eprintln!(
+        "{} stalled ClientHellos: peak RSS {} MiB; a TLS request: {} in {took:?}",
+        held.len(),
+        peak / MIB,
+        resp.status()
+    );
+    assert_eq!(resp.status(), 200);
+    assert!(took < Duration::from_secs(2), "a TLS request took {took:?}");
+    assert!(
+        peak < DEPLOYMENT_LIMIT,
+        "peak RSS {} MiB is past the Deployment's 512 MiB",
+        peak / MIB
+    );
+    drop(held);
+}

@@ -1,6 +1,10 @@
 //! Every shipped config validates with `mcp-edge --check`; a broken one fails naming the key.
 
+mod common;
+
 use std::process::Command;
+
+use common::tls::Pki;
 
 fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
@@ -14,14 +18,46 @@ fn check(path: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+/// Where the examples expect TLS files (a mounted Secret).
+const TLS_DIR: &str = "/etc/mcp-edge/tls/";
+
+/// Certificates at the examples' file names, in a directory of the test's own.
+fn tls_files(pki: &Pki) -> std::path::PathBuf {
+    let dir = pki.dir.join("mounted");
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = pki.issue(&["mcp.example.com"]);
+    let client = pki.issue_client("mcp-edge");
+    for (from, to) in [
+        (&server.cert, "tls.crt"),
+        (&server.key, "tls.key"),
+        (&client.cert, "client.crt"),
+        (&client.key, "client.key"),
+        (&pki.ca_pem, "ca.crt"),
+        (&pki.ca_pem, "upstream-ca.crt"),
+    ] {
+        std::fs::copy(from, dir.join(to)).unwrap();
+    }
+    dir
+}
+
 #[test]
 fn every_example_under_conf_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf");
+    let pki = Pki::new();
+    let mounted = tls_files(&pki);
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = check(&path);
+            // The same file with its TLS paths pointing at real certificates.
+            let text = std::fs::read_to_string(&path).unwrap();
+            let copy = pki.dir.join(path.file_name().unwrap());
+            std::fs::write(
+                &copy,
+                text.replace(TLS_DIR, &format!("{}/", mounted.display())),
+            )
+            .unwrap();
+            let out = check(&copy);
             assert!(
                 out.status.success(),
                 "{}: {}",
@@ -31,7 +67,7 @@ fn every_example_under_conf_is_valid() {
             n += 1;
         }
     }
-    assert!(n >= 3, "expected the shipped examples, found {n}");
+    assert!(n >= 4, "expected the shipped examples, found {n}");
 }
 
 #[test]

@@ -110,6 +110,43 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     let bad = c.post(edge.url()).body("nope").send().await.unwrap();
     assert!(bad.headers().contains_key("x-mcp-edge-error"));
 
+    // TLS: a listener with a certificate (its expiry), and a pool that expects HTTPS from a
+    // member that answers plain text at once (an upstream handshake failure).
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let plain_addr = plain.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = plain.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let pki = common::tls::Pki::new();
+    let cert = pki.issue(&["localhost"]);
+    let tls_edge = start_edge_listening(
+        free_port(),
+        &format!(
+            "[listeners.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n",
+            cert.cert.display(),
+            cert.key.display()
+        ),
+        &format!(
+            "[[pools]]\nname = \"main\"\nmembers = [\"{}\"]\n[pools.health]\ncheck = \"none\"\n[pools.tls]\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n",
+            plain_addr
+        ),
+        Pools::fresh(),
+    );
+    let r = modern_request(
+        &pki.client(true),
+        &format!("https://localhost:{}/mcp", tls_edge.port),
+        &modern_body(json!(10), "tools/list", json!({})),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 502);
+
     // Families appear as their first sample is recorded (some just after an answer, some at
     // the next health check): wait for all of them.
     let families: Vec<String> = wanted.iter().map(|m| format!("# TYPE {m} ")).collect();

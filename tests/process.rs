@@ -360,3 +360,53 @@ fn a_listener_that_cannot_bind_stops_the_edge_with_a_clear_error() {
     );
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_swaps_tls_certificates_and_open_connections_keep_working() {
+    use common::tls::{presented, replace_file, Pki};
+    let pki = Pki::new();
+    let (old, new) = (pki.issue(&["localhost"]), pki.issue(&["localhost"]));
+    let (cert, key) = (pki.dir.join("tls.crt"), pki.dir.join("tls.key"));
+    std::fs::copy(&old.cert, &cert).unwrap();
+    std::fs::copy(&old.key, &key).unwrap();
+    let mock = Mock::start(Behavior::Json).await;
+    let (path, port) = (temp_config(), free_port());
+    // watch_ms = 0: only SIGHUP re-reads the files.
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:{port}\"\n[listeners.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\nwatch_ms = 0\n\n{}",
+        cert.display(),
+        key.display(),
+        unchecked_pool_and_route(&[mock.addr], "versions = [\"2026-07-28\"]")
+    );
+    std::fs::write(&path, text).unwrap();
+    let edge = spawn(&path, port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let url = format!("https://localhost:{port}/mcp");
+    // One client keeps its (HTTP/2) connection open across the swap.
+    let kept = pki.client(true);
+    let call = async |c: &reqwest::Client| {
+        modern_request(c, &url, &modern_body(json!(1), "tools/list", json!({})))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(call(&kept).await, 200);
+    assert_eq!(presented(pki.roots(), addr, "localhost").await.0, old.der);
+    replace_file(&key, &std::fs::read(&new.key).unwrap());
+    replace_file(&cert, &std::fs::read(&new.cert).unwrap());
+    edge.signal("-HUP");
+    wait_until(
+        PATIENCE,
+        "SIGHUP to serve the new certificate",
+        async || presented(pki.roots(), addr, "localhost").await.0 == new.der,
+    )
+    .await;
+    assert_eq!(
+        call(&kept).await,
+        200,
+        "the connection opened before the swap"
+    );
+    assert_eq!(call(&pki.client(false)).await, 200, "a new connection");
+    assert!(edge.log_text().contains("TLS certificates reloaded"));
+}

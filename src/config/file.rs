@@ -55,6 +55,9 @@ pub mod defaults {
     pub const GRACE_PERIOD_SECONDS: u64 = 5;
     pub const SHUTDOWN_TIMEOUT_SECONDS: u64 = 5;
     pub const H2C: bool = true;
+    /// How often TLS listeners look for changed certificate files (cert-manager rotation).
+    pub const TLS_WATCH_MS: u64 = 10_000;
+    pub const CORS_MAX_AGE_SECONDS: u64 = 600;
     pub const SESSION_MAX_AGE_SECONDS: NonZeroU64 = long(24 * 3600);
     pub const BIND_CREDENTIAL: bool = true;
     pub const DNS_INTERVAL_MS: NonZeroU64 = long(5_000);
@@ -100,6 +103,11 @@ pub struct File {
     pub pools: Vec<PoolSection>,
     #[serde(default)]
     pub routes: Vec<RouteSection>,
+    /// Plain HTTP pass-through routes (OAuth discovery documents and other endpoints).
+    #[serde(default)]
+    pub passthrough: Vec<PassthroughSection>,
+    #[serde(default)]
+    pub forwarding: ForwardingSection,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,6 +138,95 @@ pub struct ListenerSection {
     pub address: SocketAddr,
     #[serde(default = "defaults::h2c")]
     pub h2c: bool,
+    /// TLS on this listener (HTTPS; HTTP/2 and HTTP/1.1 by ALPN).
+    pub tls: Option<ListenerTlsSection>,
+}
+
+/// `[listeners.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTlsSection {
+    /// The first is served to clients whose SNI names no other certificate.
+    pub certificates: Vec<CertificateSection>,
+    /// Look for changed certificate files this often (0: only on SIGHUP).
+    #[serde(default = "tls_watch")]
+    pub watch_ms: u64,
+}
+
+fn tls_watch() -> u64 {
+    defaults::TLS_WATCH_MS
+}
+
+/// A PEM certificate chain (leaf first) and its private key.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateSection {
+    pub cert: String,
+    pub key: String,
+}
+
+/// `[pools.tls]`: the members speak HTTPS.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PoolTlsSection {
+    /// The name sent as SNI and checked against the members' certificates; default: the
+    /// host of `dns`, else each member's IP.
+    pub sni: Option<String>,
+    /// Verify the certificate chain and the name (default true).
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// PEM CA bundle to trust instead of the system roots.
+    pub ca_file: Option<String>,
+    /// Client certificate chain and key for mutual TLS.
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[[passthrough]]`: requests to `path` (or any path under `path_prefix`) go to the pool as
+/// they are, without MCP checks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassthroughSection {
+    pub path: Option<String>,
+    pub path_prefix: Option<String>,
+    pub pool: String,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    #[serde(default = "cors_max_age")]
+    pub cors_max_age_seconds: u64,
+}
+
+fn cors_max_age() -> u64 {
+    defaults::CORS_MAX_AGE_SECONDS
+}
+
+/// `[forwarding]`: what the edge tells upstreams about the client.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForwardingSection {
+    /// Set `X-Forwarded-For`, `-Proto` and `-Host`.
+    pub x_forwarded: bool,
+    /// Set RFC 7239 `Forwarded`.
+    pub forwarded: bool,
+    /// Peers (IP or CIDR) whose forwarding headers are kept and appended to; from anyone
+    /// else they are replaced.
+    pub trusted_proxies: Vec<String>,
+}
+
+impl Default for ForwardingSection {
+    fn default() -> Self {
+        ForwardingSection {
+            x_forwarded: true,
+            forwarded: false,
+            trusted_proxies: Vec::new(),
+        }
+    }
 }
 
 /// `[access_log]`: one JSON line per request, written off the request path.
@@ -246,6 +343,9 @@ pub struct PoolSection {
     pub dns_interval_ms: NonZeroU64,
     #[serde(default)]
     pub health: HealthSection,
+    /// The `Host` sent to members (a remote server's own name); default: the client's.
+    pub host: Option<String>,
+    pub tls: Option<PoolTlsSection>,
 }
 
 fn dns_interval() -> NonZeroU64 {
@@ -310,4 +410,7 @@ pub struct RouteSection {
     /// Host header allowlist (DNS-rebinding defence): `host` or `host:port`; empty allows any.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// How long browsers may cache the edge's answer to a CORS preflight.
+    #[serde(default = "cors_max_age")]
+    pub cors_max_age_seconds: u64,
 }

@@ -19,9 +19,13 @@ pub use file::{defaults, File};
 use crate::mcp::origin::OriginPolicy;
 use crate::mcp::rules::VersionPolicy;
 use crate::routing::{CheckKind, HealthPolicy, Pool, Source};
-use crate::runtime::{Endpoint, EndpointKind, Limits, Route, Runtime, Timeouts};
+use crate::runtime::{Endpoint, EndpointKind, Forwarding, Limits, Route, Runtime, Timeouts};
 use crate::session::{KeyRing, Sessions};
-use file::{CheckName, HealthSection, PoolSection, RouteSection, SessionsSection};
+use crate::tls::{CertFiles, Certificates, UpstreamTls};
+use file::{
+    CheckName, ForwardingSection, HealthSection, ListenerSection, PassthroughSection, PoolSection,
+    RouteSection, SessionsSection,
+};
 
 /// Process-level settings that only take effect at start.
 #[derive(Debug, Clone)]
@@ -46,6 +50,15 @@ pub struct AccessLogOutput {
 pub struct Listener {
     pub address: SocketAddr,
     pub h2c: bool,
+    /// The certificates of a TLS listener (loaded and checked with the configuration).
+    pub tls: Option<ListenerTls>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListenerTls {
+    pub certificates: Arc<Certificates>,
+    /// How often to look for changed files (`None`: only on SIGHUP).
+    pub watch: Option<Duration>,
 }
 
 /// A loaded, validated configuration.
@@ -78,16 +91,21 @@ impl File {
         if self.listeners.is_empty() {
             errs.push("listeners: at least one [[listeners]] entry is required".to_string());
         }
+        let listeners = listeners(&self.listeners, &mut errs);
         let pools = pools(&self.pools, &self.routes, &mut errs);
-        let (endpoints, any_legacy) = routes(&self.routes, &pools, &mut errs);
+        let (mut endpoints, any_legacy) = routes(&self.routes, &pools, &mut errs);
+        let prefixes = passthrough(&self.passthrough, &pools, &mut endpoints, &mut errs);
+        let forwarding = forwarding(&self.forwarding, &mut errs);
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
         if !errs.is_empty() {
             return Err(errs);
         }
         Ok(Config {
-            startup: self.startup(),
+            startup: self.startup(listeners),
             runtime: Runtime {
                 endpoints,
+                prefixes,
+                forwarding,
                 pools,
                 limits: limits(&self.limits),
                 timeouts: timeouts(&self.timeouts),
@@ -97,7 +115,7 @@ impl File {
         })
     }
 
-    fn startup(&self) -> Startup {
+    fn startup(&self, listeners: Vec<Listener>) -> Startup {
         let s = &self.server;
         Startup {
             threads: s.threads.map_or_else(
@@ -106,14 +124,7 @@ impl File {
             ),
             grace_period: Duration::from_secs(s.grace_period_seconds),
             shutdown_timeout: Duration::from_secs(s.graceful_shutdown_timeout_seconds),
-            listeners: self
-                .listeners
-                .iter()
-                .map(|l| Listener {
-                    address: l.address,
-                    h2c: l.h2c,
-                })
-                .collect(),
+            listeners,
             metrics: self.metrics.as_ref().map(|m| m.address),
             config_watch: (s.config_watch_ms > 0).then(|| Duration::from_millis(s.config_watch_ms)),
             access_log: AccessLogOutput {
@@ -121,6 +132,70 @@ impl File {
                 queue_lines: self.access_log.queue_lines.get(),
             },
         }
+    }
+}
+
+/// Listeners, with the certificates of TLS ones loaded (a file that cannot be read or
+/// parsed, or a key that does not match, is an error here, not at the first handshake).
+fn listeners(sections: &[ListenerSection], errs: &mut Errors) -> Vec<Listener> {
+    let mut out = Vec::new();
+    for (i, l) in sections.iter().enumerate() {
+        let tls = match &l.tls {
+            None => None,
+            Some(t) if t.certificates.is_empty() => {
+                errs.push(format!(
+                    "listeners[{i}].tls.certificates: at least one certificate is required"
+                ));
+                continue;
+            }
+            Some(t) => {
+                let files = t
+                    .certificates
+                    .iter()
+                    .map(|c| CertFiles {
+                        cert: c.cert.clone(),
+                        key: c.key.clone(),
+                    })
+                    .collect();
+                match Certificates::load(l.address.to_string(), files) {
+                    Ok(c) => Some(ListenerTls {
+                        certificates: Arc::new(c),
+                        watch: (t.watch_ms > 0).then(|| Duration::from_millis(t.watch_ms)),
+                    }),
+                    Err(e) => {
+                        errs.push(format!("listeners[{i}].tls.certificates: {e}"));
+                        continue;
+                    }
+                }
+            }
+        };
+        out.push(Listener {
+            address: l.address,
+            // On TLS, ALPN chooses HTTP/2.
+            h2c: l.h2c && tls.is_none(),
+            tls,
+        });
+    }
+    out
+}
+
+fn forwarding(f: &ForwardingSection, errs: &mut Errors) -> Forwarding {
+    let mut trusted = Vec::new();
+    for (i, t) in f.trusted_proxies.iter().enumerate() {
+        let net = t
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        match net {
+            Ok(n) => trusted.push(n),
+            Err(_) => errs.push(format!(
+                "forwarding.trusted_proxies[{i}]: '{t}' is not an IP address or CIDR network"
+            )),
+        }
+    }
+    Forwarding {
+        x_forwarded: f.x_forwarded,
+        forwarded: f.forwarded,
+        trusted,
     }
 }
 
@@ -178,10 +253,52 @@ fn pools(
             .find(|r| r.pool == p.name)
             .map_or("/mcp".to_string(), |r| r.path.clone());
         let health = health_policy(&p.health, default_path);
-        pools.insert(
-            p.name.clone(),
-            Arc::new(Pool::new(p.name.clone(), source, health)),
-        );
+        let tls = p.tls.as_ref().and_then(|t| {
+            let client = match (&t.client_cert, &t.client_key) {
+                (Some(c), Some(k)) => Some((c.as_str(), k.as_str())),
+                (None, None) => None,
+                _ => {
+                    errs.push(format!(
+                        "pools[{i}].tls.client_cert: client_cert and client_key go together"
+                    ));
+                    return None;
+                }
+            };
+            if t.sni.as_deref().is_some_and(|s| {
+                rustls::pki_types::ServerName::try_from(s).is_err()
+                    || (s.contains(':') && s.parse::<std::net::Ipv6Addr>().is_err())
+            }) {
+                // Pingora turns verification off for an empty SNI: never let that happen here.
+                errs.push(format!(
+                    "pools[{i}].tls.sni: '{}' is not a DNS name or IP address",
+                    t.sni.as_deref().unwrap_or_default()
+                ));
+                return None;
+            }
+            // A pool found by DNS (or sent a `host`) is verified against that name unless
+            // told otherwise.
+            let host_name = |h: &str| {
+                h.rsplit_once(':')
+                    .filter(|(_, port)| port.parse::<u16>().is_ok())
+                    .map_or(h, |(name, _)| name)
+                    .to_string()
+            };
+            let sni = t
+                .sni
+                .clone()
+                .or_else(|| p.host.as_deref().map(host_name))
+                .or_else(|| match &source {
+                    Source::Dns { name, .. } => Some(host_name(name)),
+                    Source::Static(_) => None,
+                });
+            UpstreamTls::load(sni, t.verify, t.ca_file.as_deref(), client)
+                .map_err(|e| errs.push(format!("pools[{i}].tls: {e}")))
+                .ok()
+        });
+        let mut pool = Pool::new(p.name.clone(), source, health);
+        pool.tls = tls.map(Arc::new);
+        pool.host = p.host.clone();
+        pools.insert(p.name.clone(), Arc::new(pool));
     }
     pools
 }
@@ -276,11 +393,8 @@ fn routes(
             pool: pool.clone(),
             versions,
             origins: OriginPolicy::new(&r.allowed_origins),
-            hosts: r
-                .allowed_hosts
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
+            hosts: lower(&r.allowed_hosts),
+            cors_max_age: r.cors_max_age_seconds,
             series: Default::default(),
         });
         for (path, kind) in public_paths(r) {
@@ -294,6 +408,103 @@ fn routes(
         }
     }
     (endpoints, any_legacy)
+}
+
+fn lower(list: &[String]) -> Vec<String> {
+    list.iter().map(|h| h.to_ascii_lowercase()).collect()
+}
+
+/// `[[passthrough]]` routes: exact paths join the route table (a clash with an MCP route is
+/// an error); prefixes come back longest first.
+fn passthrough(
+    sections: &[PassthroughSection],
+    pools: &HashMap<String, Arc<Pool>>,
+    endpoints: &mut HashMap<String, Endpoint>,
+    errs: &mut Errors,
+) -> Vec<(String, Endpoint)> {
+    let mut prefixes: Vec<(String, Endpoint)> = Vec::new();
+    for (i, p) in sections.iter().enumerate() {
+        let (name, exact) = match (&p.path, &p.path_prefix) {
+            (Some(path), None) => (path.clone(), true),
+            (None, Some(prefix)) => (prefix.clone(), false),
+            _ => {
+                errs.push(format!(
+                    "passthrough[{i}]: set exactly one of path and path_prefix"
+                ));
+                continue;
+            }
+        };
+        if !name.starts_with('/') {
+            errs.push(format!("passthrough[{i}]: '{name}' must start with '/'"));
+        }
+        check_origins(&p.allowed_origins, &format!("passthrough[{i}]"), errs);
+        let Some(pool) = pools.get(&p.pool) else {
+            errs.push(format!("passthrough[{i}].pool: unknown pool '{}'", p.pool));
+            continue;
+        };
+        let route = Arc::new(Route {
+            name: if exact {
+                name.clone()
+            } else {
+                format!("{name}*")
+            },
+            prefix: String::new(),
+            session_params: Vec::new(),
+            pool: pool.clone(),
+            versions: VersionPolicy {
+                accepted: Vec::new(),
+            },
+            origins: OriginPolicy::new(&p.allowed_origins),
+            hosts: lower(&p.allowed_hosts),
+            cors_max_age: p.cors_max_age_seconds,
+            series: Default::default(),
+        });
+        let endpoint = Endpoint {
+            route,
+            kind: EndpointKind::Passthrough,
+        };
+        let covered: Vec<&String> = endpoints
+            .iter()
+            .filter(|(path, e)| {
+                e.kind != EndpointKind::Passthrough && crate::runtime::covers(&name, path)
+            })
+            .map(|(path, _)| path)
+            .collect();
+        if !exact && !covered.is_empty() {
+            errs.push(format!(
+                "passthrough[{i}].path_prefix: '{name}' covers the MCP path {:?}: MCP requests must not bypass the MCP rules",
+                covered
+            ));
+        }
+        if exact {
+            if endpoints.contains_key(&name) {
+                errs.push(format!(
+                    "passthrough[{i}].path: '{name}' is already served by another route"
+                ));
+            }
+            endpoints.insert(name, endpoint);
+        } else {
+            if prefixes.iter().any(|(p, _)| *p == name) {
+                errs.push(format!(
+                    "passthrough[{i}].path_prefix: '{name}' is already used"
+                ));
+            }
+            prefixes.push((name, endpoint));
+        }
+    }
+    prefixes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    prefixes
+}
+
+fn check_origins(origins: &[String], at: &str, errs: &mut Errors) {
+    for (j, o) in origins.iter().enumerate() {
+        let web = o.starts_with("http://") || o.starts_with("https://");
+        if o != "*" && o != "null" && !web {
+            errs.push(format!(
+                "{at}.allowed_origins[{j}]: '{o}' must be scheme://host[:port], 'null' or '*'"
+            ));
+        }
+    }
 }
 
 /// The checks of one route that need no other section.
@@ -334,12 +545,7 @@ fn check_route(r: &RouteSection, i: usize, errs: &mut Errors) {
             "routes[{i}].versions[{j}]: '{v}' is not a protocol revision (YYYY-MM-DD)"
         ));
     }
-    for (j, o) in r.allowed_origins.iter().enumerate() {
-        let web = o.starts_with("http://") || o.starts_with("https://");
-        if o != "*" && o != "null" && !web {
-            errs.push(format!("routes[{i}].allowed_origins[{j}]: '{o}' must be scheme://host[:port], 'null' or '*'"));
-        }
-    }
+    check_origins(&r.allowed_origins, &format!("routes[{i}]"), errs);
 }
 
 /// The public paths a route serves, with the prefix.

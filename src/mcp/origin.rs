@@ -26,6 +26,11 @@ impl OriginPolicy {
         }
     }
 
+    /// The route lists any origin at all (its CORS policy is on).
+    pub fn grants_any(&self) -> bool {
+        self.allow_any || !self.allowed.is_empty()
+    }
+
     pub fn check(&self, headers: &HeaderMap) -> Result<(), EdgeError> {
         let value = match headers::single(headers, ORIGIN) {
             Ok(None) => return Ok(()),

@@ -1,7 +1,7 @@
 //! Admission: every check a request passes before an upstream is chosen, in order.
 //!
-//! limits → head size → route → Origin → Host → method and body (MCP rules) → stream slot →
-//! legacy session token. A step that refuses returns a [`Rejection`]; the edge answers it
+//! limits → head size → route → Origin → Host → CORS preflight → method and body (MCP
+//! rules) → stream slot → legacy session token. Pass-through routes skip the MCP rules. A step that refuses returns a [`Rejection`]; the edge answers it
 //! and the request never reaches an upstream. A new check is one function here (or a module
 //! of its own) and one line in [`admit`].
 
@@ -13,16 +13,26 @@ use pingora::proxy::Session;
 
 use super::ctx::{Admitted, Ctx};
 use super::limits::{self, Load};
-use super::{body, legacy};
+use super::{body, cors, legacy};
 use crate::budget::Budget;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{self, Era};
 use crate::runtime::{Endpoint, EndpointKind, Route, Runtime};
 
-/// What admission lets through: the request's state and its body (if it has one).
-pub struct Admission {
-    pub admitted: Admitted,
-    pub body: Option<body::Body>,
+/// What admission lets through.
+pub enum Admission {
+    /// To the upstream: the request's state and its body (if it has one).
+    Proxy {
+        admitted: Admitted,
+        body: Option<body::Body>,
+    },
+    /// A CORS preflight from an allowed origin, which the edge answers itself.
+    Preflight {
+        methods: &'static str,
+        max_age: u64,
+        /// Allow whatever headers the page asks for (a pass-through route).
+        any_header: bool,
+    },
 }
 
 pub async fn admit(
@@ -36,11 +46,25 @@ pub async fn admit(
     check_head_size(session.req_header(), &snapshot)?;
     let endpoint = route(session.req_header(), &snapshot)?;
     ctx.labels.route = Some(endpoint.route.clone());
-    endpoint
-        .route
-        .origins
-        .check(&session.req_header().headers)?;
+    let passthrough = endpoint.kind == EndpointKind::Passthrough;
+    // A pass-through route without an origin list does not look at `Origin` (a same-origin
+    // form post to an authorization server carries one).
+    if !passthrough || endpoint.route.origins.grants_any() {
+        endpoint
+            .route
+            .origins
+            .check(&session.req_header().headers)?;
+    }
+    ctx.cors = cors::granted(session.req_header(), &endpoint.route);
     check_host(session.req_header(), &endpoint.route)?;
+    if ctx.cors.is_some() && cors::is_preflight(session.req_header()) {
+        body::discard(session, ctx, &load.budget).await?;
+        return Ok(Admission::Preflight {
+            methods: allowed_methods(&endpoint),
+            max_age: endpoint.route.cors_max_age,
+            any_header: passthrough,
+        });
+    }
     let request = request(session, ctx, &endpoint, &load.budget).await?;
     if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
         let slot = load.stream(&snapshot.limits).await;
@@ -54,7 +78,7 @@ pub async fn admit(
         ),
         _ => None,
     };
-    Ok(Admission {
+    Ok(Admission::Proxy {
         admitted: Admitted {
             route: endpoint.route,
             endpoint: endpoint.kind,
@@ -141,8 +165,8 @@ impl Request {
 }
 
 /// POSTs carry a JSON-RPC body checked against the MCP rules; GET and DELETE exist only
-/// for legacy sessions and streams; OPTIONS (CORS preflight) goes to the upstream, which
-/// owns its CORS policy.
+/// for legacy sessions and streams; OPTIONS goes to the upstream (unless the edge answered
+/// it as a CORS preflight). A pass-through route forwards any method and body.
 async fn request(
     session: &mut Session,
     ctx: &mut Ctx,
@@ -155,6 +179,11 @@ async fn request(
         allow: allowed_methods(endpoint),
     };
     match (endpoint.kind, &method) {
+        (EndpointKind::Passthrough, _) => Ok(Request {
+            era: None,
+            id: None,
+            body: body::read_any(session, ctx, budget).await?,
+        }),
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
             let body = body::read(session, ctx, budget).await?;
             let headers = &session.req_header().headers;
@@ -200,5 +229,6 @@ fn allowed_methods(endpoint: &Endpoint) -> &'static str {
         }
         EndpointKind::Streamable | EndpointKind::Messages => "POST, OPTIONS",
         EndpointKind::SseStream => "GET, OPTIONS",
+        EndpointKind::Passthrough => "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
     }
 }

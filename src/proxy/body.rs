@@ -57,6 +57,20 @@ async fn start_reading(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeE
     Ok(())
 }
 
+/// A pass-through request's body, whatever its type: read whole within the same limits
+/// (so that it can be sent again after a refused connection), or `None` when it has none.
+pub async fn read_any(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    budget: &Arc<Budget>,
+) -> Result<Option<Body>, EdgeError> {
+    if session.downstream_session.is_body_empty() {
+        return Ok(None);
+    }
+    start_reading(session, ctx).await?;
+    read_all(session, &ctx.snapshot, budget).await.map(Some)
+}
+
 /// A GET, DELETE or OPTIONS that came with a body: read it (within the same limits) and
 /// drop it. It is never forwarded (`upstream_request_filter` drops its framing headers), and
 /// reading it keeps the client connection in step for its next request.

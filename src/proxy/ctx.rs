@@ -45,6 +45,10 @@ pub struct Ctx {
     pub answered_continue: bool,
     /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
     pub sse: bool,
+    /// The origin this request's responses grant (CORS; see [`super::cors`]).
+    pub cors: Option<http::HeaderValue>,
+    /// The edge answered the request itself as a CORS preflight.
+    pub preflight: bool,
 }
 
 impl Ctx {
@@ -63,6 +67,8 @@ impl Ctx {
             stream_room: None,
             answered_continue: false,
             sse: false,
+            cors: None,
+            preflight: false,
         }
     }
 

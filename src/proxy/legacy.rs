@@ -64,13 +64,17 @@ fn token_of(
                 None => Err(EdgeError::SessionMissing),
             }
         }
-        EndpointKind::SseStream => Ok(None),
+        EndpointKind::SseStream | EndpointKind::Passthrough => Ok(None),
     }
 }
 
 /// Upstream request target: strip the route's public prefix; put the upstream's own session
 /// identifier back where the client sent the token.
 pub fn restore_upstream_target(upstream: &mut RequestHeader, admitted: &Admitted) -> Result<()> {
+    if admitted.endpoint == EndpointKind::Passthrough {
+        // Forwarded as it is: the URL a DPoP proof or a metadata document names.
+        return Ok(());
+    }
     let route = &admitted.route;
     let sticky = admitted.session();
     match (sticky, admitted.endpoint) {

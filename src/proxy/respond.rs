@@ -23,7 +23,7 @@ use crate::metrics;
 /// that a client still sending it can read the answer (see [`drain_unread_body`]).
 pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) {
     record(ctx, &rejection.error);
-    write(session, &rejection.error, rejection.id.as_ref()).await;
+    write(session, ctx, &rejection.error, rejection.id.as_ref()).await;
     drain_unread_body(session, ctx).await;
 }
 
@@ -77,7 +77,7 @@ pub async fn fail(session: &mut Session, ctx: &mut Ctx, e: &Error) -> u16 {
         return 0;
     }
     let id = ctx.request_id().cloned();
-    write(session, &error, id.as_ref()).await;
+    write(session, ctx, &error, id.as_ref()).await;
     error.status()
 }
 
@@ -123,15 +123,21 @@ fn classify(e: &Error) -> EdgeError {
 }
 
 /// Write an edge error response. Failures to write mean the client is gone; nothing to do.
-async fn write(session: &mut Session, error: &EdgeError, id: Option<&Value>) {
+async fn write(session: &mut Session, ctx: &Ctx, error: &EdgeError, id: Option<&Value>) {
     let body: Bytes = error.body(id);
     if !session.downstream_session.is_body_done() {
         // The request body was not read: the connection cannot carry another request.
         session.downstream_session.set_keepalive(None);
     }
-    let Ok(resp) = head(error, body.len()) else {
+    let Ok(mut resp) = head(error, body.len()) else {
         return;
     };
+    // An allowed origin's page can read the error (its status, body and marker).
+    if let Some(origin) = &ctx.cors {
+        if super::cors::apply(&mut resp, origin).is_err() {
+            return;
+        }
+    }
     if session
         .write_response_header(Box::new(resp), false)
         .await

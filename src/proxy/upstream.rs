@@ -52,7 +52,10 @@ pub fn choose(ctx: &Ctx, admitted: &Admitted) -> Result<Arc<Member>, Box<Error>>
 /// The peer for `member`, with the configured timeouts; the try is recorded in `ctx`.
 pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     let t = ctx.snapshot.timeouts;
-    let mut peer = HttpPeer::new(member.addr, false, String::new());
+    let mut peer = match &ctx.admitted {
+        Some(a) => a.route.pool.peer(&member),
+        None => HttpPeer::new(member.addr, false, String::new()),
+    };
     peer.options.connection_timeout = Some(t.connect);
     // Pingora's read timeout would apply to every read, idle event streams included:
     // upstream silence is bounded by the replay session instead (`replay::Silence`).
@@ -78,11 +81,22 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     let pool = &admitted.route.pool;
     if let Some(member) = ctx.upstream.member() {
         member.record_connect_failure(pool.health.eject);
-        metrics::get()
-            .pools
+        let m = metrics::get();
+        m.pools
             .connect_failures
             .with_label_values(&[&pool.name, &member.label])
             .inc();
+        if crate::tls::is_handshake_failure(&e) {
+            m.tls
+                .upstream_failures
+                .with_label_values(&[&pool.name, &member.label])
+                .inc();
+            log::warn!(
+                "pool {}: TLS handshake with {} failed: {e}",
+                pool.name,
+                member.label
+            );
+        }
     }
     if admitted.session().is_some() {
         let member = peer._address.to_string();

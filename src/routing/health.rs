@@ -2,10 +2,11 @@
 //! (TCP connect or an MCP `server/discover` probe). [`crate::maintenance`] schedules them.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
+use std::sync::LazyLock;
+
+use pingora::connectors::TransportConnector;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{CheckKind, Member, Pool};
 use crate::metrics;
@@ -54,7 +55,7 @@ pub async fn resolve(pool: &Pool, name: &str) {
 pub async fn check_pool(pool: &Pool) {
     let members = pool.members();
     let checks = members.iter().map(|member| async move {
-        let ok = probe(member, &pool.health.check, pool.health.timeout).await;
+        let ok = probe(pool, member).await;
         let was = member.is_healthy();
         let now = member.record_check(ok, &pool.health);
         if was != now {
@@ -75,17 +76,38 @@ pub async fn check_pool(pool: &Pool) {
     pool.publish();
 }
 
-/// One active check.
-pub async fn probe(member: &Member, kind: &CheckKind, timeout: Duration) -> bool {
+/// Connections for health checks (fresh each time, never pooled).
+static CONNECTOR: LazyLock<TransportConnector> = LazyLock::new(|| TransportConnector::new(None));
+
+/// One active check: a connection as a request would make it (a TLS handshake included for
+/// an HTTPS pool), then for `mcp` a `server/discover` POST.
+pub async fn probe(pool: &Pool, member: &Member) -> bool {
     let attempt = async {
-        let mut stream = TcpStream::connect(member.addr).await.ok()?;
-        let CheckKind::Mcp { path } = kind else {
+        let peer = pool.peer(member);
+        let mut stream = match CONNECTOR.new_stream(&peer).await {
+            Ok(s) => s,
+            Err(e) => {
+                if crate::tls::is_handshake_failure(&e) {
+                    metrics::get()
+                        .tls
+                        .upstream_failures
+                        .with_label_values(&[pool.name.as_str(), member.label.as_str()])
+                        .inc();
+                }
+                return None;
+            }
+        };
+        let CheckKind::Mcp { path } = &pool.health.check else {
             return Some(true);
         };
+        let host = pool.host.clone().unwrap_or_else(|| match &pool.tls {
+            Some(tls) => tls.sni.clone().unwrap_or_else(|| member.addr.to_string()),
+            None => member.addr.to_string(),
+        });
         let body = r#"{"jsonrpc":"2.0","id":"mcp-edge-health","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}}}"#;
         let request = format!(
             "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: server/discover\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            member.addr,
+            host,
             body.len()
         );
         stream.write_all(request.as_bytes()).await.ok()?;
@@ -95,5 +117,8 @@ pub async fn probe(member: &Member, kind: &CheckKind, timeout: Duration) -> bool
         let status: u16 = std::str::from_utf8(&head[9..12]).ok()?.parse().ok()?;
         Some(head.starts_with(b"HTTP/1.") && status < 500)
     };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
+    matches!(
+        tokio::time::timeout(pool.health.timeout, attempt).await,
+        Ok(Some(true))
+    )
 }

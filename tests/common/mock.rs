@@ -56,6 +56,8 @@ pub enum Behavior {
     /// Read the whole request (it is counted: the server acted on it), then close the
     /// connection without answering.
     ActThenClose,
+    /// Answer these bytes verbatim (a whole response, framing included).
+    Raw(String),
     /// The n-th request the mock reads (over all connections) behaves as the n-th entry; the
     /// last entry repeats.
     Sequence(Vec<Behavior>),
@@ -229,6 +231,7 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 stream.write_all(resp.as_bytes()).await?;
             }
             Behavior::ActThenClose => return Ok(()),
+            Behavior::Raw(bytes) => stream.write_all(bytes.as_bytes()).await?,
             Behavior::Json => {
                 let body = serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"len":body.len(),"sha256":sha}}).to_string();
                 let resp = format!(

@@ -10,6 +10,7 @@ pub mod edge_process;
 pub mod http1;
 pub mod mock;
 pub mod peers;
+pub mod tls;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -140,7 +141,11 @@ impl Pools {
         let mut doc: toml::Table = body
             .parse()
             .unwrap_or_else(|e| panic!("test config is not TOML: {e}\n{body}"));
-        for (array, key) in [("pools", "name"), ("routes", "pool")] {
+        for (array, key) in [
+            ("pools", "name"),
+            ("routes", "pool"),
+            ("passthrough", "pool"),
+        ] {
             let Some(toml::Value::Array(tables)) = doc.get_mut(array) else {
                 continue;
             };
@@ -206,6 +211,12 @@ pub fn start_replica(like: &Edge, body: &str) -> Edge {
 /// An edge on `port` with the given pool names (to restart an edge in place, pass the old
 /// edge's `pools`).
 pub fn start_edge_with(port: u16, body: &str, pools: Pools) -> Edge {
+    start_edge_listening(port, "", body, pools)
+}
+
+/// As [`start_edge_with`], with more keys for the listener (`listener` follows its
+/// `address` line: `[listeners.tls]`, say).
+pub fn start_edge_listening(port: u16, listener: &str, body: &str, pools: Pools) -> Edge {
     let body = pools.apply(body);
     let metrics_port = free_port();
     let sessions = if body.contains("[sessions]") {
@@ -214,7 +225,7 @@ pub fn start_edge_with(port: u16, body: &str, pools: Pools) -> Edge {
         sessions_section(&format!("1:{KEY_A}"))
     };
     let text = format!(
-        "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n{sessions}{body}"
+        "[server]\nthreads = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n{listener}\n\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n\n{sessions}{body}"
     );
     let config =
         Config::parse(&text).unwrap_or_else(|e| panic!("test config invalid: {e:?}\n{text}"));

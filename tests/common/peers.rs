@@ -117,6 +117,11 @@ impl Drop for Peer {
 
 /// `ts-server.mjs --mode <mode>` (modern | dual | legacy-session | legacy-sse).
 pub fn ts_server(mode: &str, instance: &str) -> Peer {
+    ts_server_with(mode, instance, &[])
+}
+
+/// [`ts_server`] with more arguments (`--tls-cert F --tls-key F`: HTTPS).
+pub fn ts_server_with(mode: &str, instance: &str, extra: &[&str]) -> Peer {
     let mut c = node();
     c.args([
         "ts-server.mjs",
@@ -126,7 +131,8 @@ pub fn ts_server(mode: &str, instance: &str) -> Peer {
         instance,
         "--port",
         "0",
-    ]);
+    ])
+    .args(extra);
     Peer::spawn(c, instance)
 }
 
@@ -161,8 +167,15 @@ fn run(mut cmd: Command) -> Value {
 
 /// `ts-client.mjs --url <url> <args…>`.
 pub fn ts_client(url: &str, args: &[&str]) -> Value {
+    ts_client_env(url, args, &[])
+}
+
+/// [`ts_client`] with environment variables (`NODE_EXTRA_CA_CERTS` for https).
+pub fn ts_client_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let mut c = node();
-    c.args(["ts-client.mjs", "--url", url]).args(args);
+    c.args(["ts-client.mjs", "--url", url])
+        .args(args)
+        .envs(env.iter().copied());
     run(c)
 }
 
@@ -173,4 +186,52 @@ pub fn py_client(url: &str, args: &[&str]) -> Value {
         .args(["py-client.py", "--url", url])
         .args(args);
     run(c)
+}
+
+/// Origin A for browser tests: `browser/serve.py` serves `page.html` and writes the page's
+/// report to `report` (see tests/peers/browser/README.md).
+pub fn browser_origin(report: &std::path::Path) -> Peer {
+    let mut c = Command::new("python3");
+    c.current_dir(dir().join("browser"))
+        .arg("serve.py")
+        .args(["--port", "0", "--report-file"])
+        .arg(report);
+    Peer::spawn(c, "browser-origin")
+}
+
+/// Load `url` in headless Chromium (Debian's `chromium`, installed by `scripts/setup.sh`)
+/// and let it run until the page is done (`--virtual-time-budget`), at most `within`.
+pub fn chromium(url: &str, within: Duration) {
+    let profile = std::env::temp_dir().join(format!(
+        "mcp-edge-chromium-{}-{}",
+        std::process::id(),
+        url.len()
+    ));
+    let mut child = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium is missing: run `bash scripts/setup.sh` (Debian package chromium)");
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&profile);
 }

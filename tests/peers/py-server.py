@@ -3,6 +3,7 @@
 
     --transport streamable-http|sse  [--stateless]  [--json-response]  --instance NAME  --port N (0 = ephemeral)
     [--max-body BYTES]  (SDK default 4 MiB)
+    [--tls-cert FILE --tls-key FILE]  serve HTTPS (HTTP/1.1) instead of HTTP
 """
 
 import argparse
@@ -25,7 +26,11 @@ p.add_argument("--json-response", action="store_true", help="streamable-http: le
 p.add_argument("--instance", default="py")
 p.add_argument("--port", type=int, default=0)
 p.add_argument("--max-body", type=int, default=4 * 1024 * 1024)
+p.add_argument("--tls-cert", help="PEM certificate (chain): serve HTTPS")
+p.add_argument("--tls-key", help="PEM private key for --tls-cert")
 args = p.parse_args()
+if (args.tls_cert is None) != (args.tls_key is None):
+    p.error("--tls-cert and --tls-key go together")
 instance = args.instance
 
 mcp = MCPServer(f"py-peer-{instance}", version="1.0.0", log_level="WARNING")
@@ -120,7 +125,14 @@ async def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
-    config = uvicorn.Config(LogRequests(app), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        LogRequests(app),
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

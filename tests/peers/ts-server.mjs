@@ -2,8 +2,11 @@
 // Test peer: an official-TS-SDK MCP server on 127.0.0.1. See README.md for the contract.
 //   --mode modern|dual|v2-session|legacy-session|legacy-sse  --instance NAME  --port N (0 = ephemeral)
 //   [--max-body BYTES]  (v2 modes only; SDK default 4 MiB)
+//   [--tls-cert FILE --tls-key FILE]  serve HTTPS (HTTP/1.1) instead of HTTP
 import { createHash, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { parseArgs } from 'node:util';
 import * as z from 'zod';
 import * as v2 from '@modelcontextprotocol/server';
@@ -17,12 +20,18 @@ const { values: args } = parseArgs({
         mode: { type: 'string', default: 'modern' },
         instance: { type: 'string', default: 'ts' },
         port: { type: 'string', default: '0' },
-        'max-body': { type: 'string' }
+        'max-body': { type: 'string' },
+        'tls-cert': { type: 'string' },
+        'tls-key': { type: 'string' }
     }
 });
 const MODES = ['modern', 'dual', 'v2-session', 'legacy-session', 'legacy-sse'];
 if (!MODES.includes(args.mode)) {
     console.error(`unknown --mode ${args.mode} (want ${MODES.join('|')})`);
+    process.exit(2);
+}
+if (!args['tls-cert'] !== !args['tls-key']) {
+    console.error('--tls-cert and --tls-key go together');
     process.exit(2);
 }
 const instance = args.instance;
@@ -241,14 +250,17 @@ function legacySseListener() {
 }
 
 const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
-const httpServer = http.createServer((req, res) => {
+const handle = (req, res) => {
     process.stderr.write(`REQ ${req.method} ${req.url}\n`);
     listener(req, res).catch(e => {
         process.stderr.write(`ERROR ${e?.stack ?? e}\n`);
         if (!res.headersSent) jsonError(res, 500, -32603, 'Internal error');
         else res.end();
     });
-});
+};
+const httpServer = args['tls-cert']
+    ? https.createServer({ cert: readFileSync(args['tls-cert']), key: readFileSync(args['tls-key']) }, handle)
+    : http.createServer(handle);
 httpServer.listen(Number(args.port), '127.0.0.1', () => {
     process.stdout.write(`LISTENING ${httpServer.address().port}\n`);
 });

@@ -1,0 +1,229 @@
+//! Forwarding headers: what the upstream learns about the client (`[forwarding]`).
+//!
+//! `X-Forwarded-For` / `-Proto` / `-Host` (on by default) and RFC 7239 `Forwarded` (off by
+//! default). From a peer in `trusted_proxies` the headers it sent are kept and the peer's
+//! address is appended; from anyone else the whole family (`Forwarded`, `X-Forwarded-*`,
+//! `X-Real-IP`) is removed before the edge sets its own, whether or not it sets them, so a
+//! client cannot claim to be someone else or move the URLs a server builds. `traceparent` /
+//! `tracestate` are not touched.
+
+use std::net::IpAddr;
+
+use pingora::http::RequestHeader;
+
+use crate::runtime::Forwarding;
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+const X_FORWARDED_HOST: &str = "x-forwarded-host";
+const FORWARDED: &str = "forwarded";
+
+/// What only a trusted proxy may tell an upstream.
+const FAMILY: &[&str] = &[
+    FORWARDED,
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-forwarded-ssl",
+    "x-real-ip",
+];
+
+/// Set the forwarding headers on the request to the upstream. `client`: the peer address
+/// of the client connection; `host`: the `Host` (or `:authority`) the client used.
+pub fn apply(
+    upstream: &mut RequestHeader,
+    config: &Forwarding,
+    client: Option<IpAddr>,
+    tls: bool,
+    host: Option<&str>,
+) -> pingora::Result<()> {
+    // An IPv4 client of a dual-stack listener arrives as ::ffff:a.b.c.d.
+    let client = client.map(|ip| ip.to_canonical());
+    let trusted = client.is_some_and(|ip| config.trusts(ip));
+    if !trusted {
+        for name in FAMILY {
+            upstream.remove_header(*name);
+        }
+    }
+    let proto = if tls { "https" } else { "http" };
+    if config.x_forwarded {
+        let chain =
+            client.map(|ip| extend(joined(upstream, X_FORWARDED_FOR), trusted, &ip.to_string()));
+        set(upstream, X_FORWARDED_FOR, chain)?;
+        keep_or_set(upstream, X_FORWARDED_PROTO, trusted, Some(proto))?;
+        keep_or_set(upstream, X_FORWARDED_HOST, trusted, host)?;
+    }
+    if config.forwarded {
+        let mut element = match client {
+            Some(IpAddr::V6(ip)) => format!("for=\"[{ip}]\";proto={proto}"),
+            Some(IpAddr::V4(ip)) => format!("for={ip};proto={proto}"),
+            None => format!("for=unknown;proto={proto}"),
+        };
+        if let Some(h) = host.filter(|h| is_token_safe(h)) {
+            element.push_str(&format!(";host=\"{h}\""));
+        }
+        let value = extend(joined(upstream, FORWARDED), trusted, &element);
+        set(upstream, FORWARDED, Some(value))?;
+    }
+    Ok(())
+}
+
+/// Every value of `name` joined with ", " (a proxy chain may arrive in several lines).
+fn joined(req: &RequestHeader, name: &str) -> Option<String> {
+    let values: Vec<&str> = req
+        .headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// A trusted peer's chain with `hop` appended; from anyone else, `hop` alone.
+fn extend(existing: Option<String>, trusted: bool, hop: &str) -> String {
+    match existing {
+        Some(chain) if trusted => format!("{chain}, {hop}"),
+        _ => hop.to_string(),
+    }
+}
+
+fn set(req: &mut RequestHeader, name: &'static str, value: Option<String>) -> pingora::Result<()> {
+    req.remove_header(name);
+    if let Some(v) = value {
+        req.insert_header(name, v)?;
+    }
+    Ok(())
+}
+
+/// A trusted peer's value stays; anyone else's is replaced by ours.
+fn keep_or_set(
+    req: &mut RequestHeader,
+    name: &'static str,
+    trusted: bool,
+    ours: Option<&str>,
+) -> pingora::Result<()> {
+    if trusted && req.headers.contains_key(name) {
+        return Ok(());
+    }
+    set(req, name, ours.map(str::to_string))
+}
+
+/// A host that can go in a quoted string as it is.
+fn is_token_safe(host: &str) -> bool {
+    host.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("POST", b"/mcp", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    fn get(r: &RequestHeader, name: &str) -> Vec<String> {
+        r.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn config(trusted: &[&str], forwarded: bool) -> Forwarding {
+        Forwarding {
+            x_forwarded: true,
+            forwarded,
+            trusted: trusted.iter().map(|t| t.parse().unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn untrusted_clients_cannot_spoof() {
+        let mut r = request(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "bank.example"),
+            ("forwarded", "for=1.2.3.4"),
+            ("x-forwarded-prefix", "/evil"),
+            ("x-real-ip", "1.2.3.4"),
+            ("traceparent", "00-abc-def-01"),
+        ]);
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        apply(
+            &mut r,
+            &config(&["10.0.0.0/8"], true),
+            Some(ip),
+            false,
+            Some("edge.example"),
+        )
+        .unwrap();
+        assert_eq!(get(&r, "x-forwarded-for"), ["203.0.113.9"]);
+        assert_eq!(get(&r, "x-forwarded-proto"), ["http"]);
+        assert_eq!(get(&r, "x-forwarded-host"), ["edge.example"]);
+        assert_eq!(
+            get(&r, "forwarded"),
+            ["for=203.0.113.9;proto=http;host=\"edge.example\""]
+        );
+        assert_eq!(get(&r, "traceparent"), ["00-abc-def-01"], "untouched");
+        assert!(get(&r, "x-forwarded-prefix").is_empty());
+        assert!(get(&r, "x-real-ip").is_empty());
+        // Setting nothing still removes what the client claimed.
+        let mut r = request(&[("forwarded", "for=1.2.3.4"), ("x-forwarded-for", "1.2.3.4")]);
+        let off = Forwarding::default();
+        apply(&mut r, &off, Some(ip), false, None).unwrap();
+        assert!(get(&r, "forwarded").is_empty() && get(&r, "x-forwarded-for").is_empty());
+        // A dual-stack listener's IPv4 client is its IPv4 address (and trusted as such).
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        let mut r = request(&[("x-forwarded-for", "1.2.3.4")]);
+        apply(
+            &mut r,
+            &config(&["10.0.0.0/8"], false),
+            Some(mapped),
+            false,
+            None,
+        )
+        .unwrap();
+        assert_eq!(get(&r, "x-forwarded-for"), ["1.2.3.4, 10.1.2.3"]);
+    }
+
+    #[test]
+    fn trusted_proxies_chains_are_extended() {
+        let mut r = request(&[
+            ("x-forwarded-for", "1.2.3.4"),
+            ("x-forwarded-for", "5.6.7.8"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=1.2.3.4"),
+        ]);
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        apply(
+            &mut r,
+            &config(&["10.0.0.0/8"], true),
+            Some(ip),
+            false,
+            Some("h"),
+        )
+        .unwrap();
+        assert_eq!(get(&r, "x-forwarded-for"), ["1.2.3.4, 5.6.7.8, 10.1.2.3"]);
+        assert_eq!(get(&r, "x-forwarded-proto"), ["https"], "kept");
+        assert_eq!(get(&r, "x-forwarded-host"), ["h"], "absent: set");
+        assert_eq!(
+            get(&r, "forwarded"),
+            ["for=1.2.3.4, for=10.1.2.3;proto=http;host=\"h\""]
+        );
+        let v6: IpAddr = "::1".parse().unwrap();
+        let mut r = request(&[]);
+        apply(&mut r, &config(&[], true), Some(v6), true, None).unwrap();
+        assert_eq!(get(&r, "forwarded"), ["for=\"[::1]\";proto=https"]);
+        assert_eq!(get(&r, "x-forwarded-for"), ["::1"]);
+    }
+}
