@@ -18,6 +18,8 @@ import tempfile
 import time
 import urllib.request
 
+import tls
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(ROOT, "target", "release")
 QUICK = "--quick" in sys.argv
@@ -138,10 +140,12 @@ def cpu_ticks(pid):
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def wrk(url, script, conns, pid=None):
+def wrk(url, script, conns, pid=None, env=None):
+    """One wrk run. With `env` (the TLS part: wrk under its handshake-counting shim), also the
+    number of requests completed."""
     before = cpu_ticks(pid) if pid else 0
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{DURATION}s", "--latency", "-s", script, url],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = to_us(re.search(r"\s50%\s+(\S+)", out).group(1))
     p99 = to_us(re.search(r"\s99%\s+(\S+)", out).group(1))
@@ -155,6 +159,8 @@ def wrk(url, script, conns, pid=None):
     if not done:
         sys.exit(f"{url}: no request completed\n{out}")
     r = {"rps": rps, "p50": p50, "p99": p99}
+    if env is not None:
+        r["requests"] = int(done.group(1))
     if pid:
         # CPU the proxy spent per request: steadier than throughput on a shared machine.
         r["cpu_us"] = (cpu_ticks(pid) - before) * 1e6 / TICK / int(done.group(1))
@@ -197,6 +203,7 @@ def main():
         "nginx": command_out(["nginx", "-v"]),
         "haproxy": command_out(["haproxy", "-v"]),
         "wrk": command_out(["wrk", "-v"]),
+        "openssl": command_out(["openssl", "version"]),
     }}
     try:
         run(work, results)
@@ -301,6 +308,15 @@ def run(work, results):
             p6["legacy"].append((conns, wrk(url(ports["mcp-edge"]), legacy, conns)))
     results["p6"] = {kind: {conns: {k: statistics.median(r[k] for c, r in rs if c == conns) for k in ("rps", "p50", "p99")}
                             for conns in (1, 64)} for kind, rs in p6.items()}
+
+    # TLS: mcp-edge's TLS listener against nginx with the same certificate (bench/tls.py).
+    missing = tls.missing_tools()
+    if not missing:
+        results["tls"] = tls.run(sys.modules[__name__], work, upstream)
+    elif IN_CI:
+        sys.exit(f"TLS: {' and '.join(missing)} missing")
+    else:
+        print(f"skipped: the TLS part ({' and '.join(missing)} missing)")
 
     # P4: idle SSE streams held through each proxy; resident memory per stream. Only the
     # default edge: an idle stream writes no access-log line until it ends.
@@ -410,7 +426,7 @@ def report(r):
     head = (f"`{m['command']}` at commit {m['commit']}, started {m['started']}\n"
             f"machine: {m['cores']} cores, {m['cpu']}; load average (1, 5, 15 min) at the start "
             f"{m['load_start']}, before P4 {m['load_p4']}, at the end {m['load_end']}\n"
-            f"{m['nginx']}; {m['haproxy']}; {m['wrk']}\n"
+            f"{m['nginx']}; {m['haproxy']}; {m['wrk']}; {m['openssl']} (nginx, wrk)\n"
             f"rounds={ROUNDS} duration={DURATION}s streams={STREAMS}; P4 mcp-edge memory budget: "
             f"{e4['budget_used_mib']:.0f} of {e4['budget_mib']:.0f} MiB reserved while holding, "
             f"{e4['budget_refusals']:.0f} refusals; access-log lines the default edge dropped "
@@ -420,6 +436,8 @@ def report(r):
         head += "\nmicro-benchmarks (cargo bench --bench tokens, --bench inspect, same run):\n\n```\n" \
             + open(micro).read().strip() + "\n```\n"
     block = ratios(r)
+    if "tls" in r:
+        block += "\n\n" + tls.block(r["tls"])
     print(head)
     print(block + "\n")
     print(table)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark: direct to the upstream, through mcp-edge, through nginx and
-# HAProxy as plain reverse proxies, in one run on one machine. Installs nginx, HAProxy and wrk
+# HAProxy as plain reverse proxies, in one run on one machine (and TLS: mcp-edge against nginx
+# with the same certificate, bench/tls.py). Installs nginx, HAProxy, wrk and openssl
 # from Debian when missing, builds in release mode, then runs bench/bench.py.
 # Usage: bash bench/run.sh [--quick]      (--quick: a few seconds, checks the harness works)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in nginx haproxy wrk; do
+for tool in nginx haproxy wrk openssl; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")
 done
 if [ ${#need[@]} -gt 0 ]; then
