@@ -101,23 +101,17 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
         let t = &snapshot;
         let (session, http2): (Stream, bool) = match &self.tls {
             Some(acceptor) => {
-                // The handshake, then the first head read through the TLS stream (given
-                // back to Pingora by `Rewound`), both by the same deadline.
-                let handshaking = self
-                    .budget
-                    .reserve(Holder::Connection, TLS_HANDSHAKE_COST)
-                    .await?;
-                let tls = handshake(session, acceptor, &self.budget, head_deadline).await?;
-                drop(handshaking);
-                let h2 = tls.selected_alpn_proto() == Some(ALPN::H2);
-                let mut stream = Rewound::new(tls);
-                let head = Head {
-                    deadline: head_deadline,
-                    max_bytes: t.limits.max_header_bytes,
-                    h2_preface: h2,
-                };
-                let http2 = first_head(&mut stream, &self.budget, &head).await?;
-                (Box::new(stream), http2)
+                // Boxed: the handshake's state is large, and this future lives as long as
+                // the connection (an idle stream would carry it).
+                let max_bytes = t.limits.max_header_bytes;
+                Box::pin(tls_first_head(
+                    session,
+                    acceptor,
+                    &self.budget,
+                    head_deadline,
+                    max_bytes,
+                ))
+                .await?
             }
             None => {
                 let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
@@ -126,7 +120,9 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
                     max_bytes: t.limits.max_header_bytes,
                     h2_preface: self.h2c,
                 };
-                let http2 = first_head(&mut stream, &self.budget, &head).await?;
+                // Boxed like the TLS one: its read buffer must not ride in this future for
+                // the connection's life.
+                let http2 = Box::pin(first_head(&mut stream, &self.budget, &head)).await?;
                 (Box::new(stream), http2)
             }
         };
@@ -214,6 +210,31 @@ async fn first_head<S: Rewind>(stream: &mut S, budget: &Arc<Budget>, at: &Head) 
     let http2 = head.starts_with(H2_PREFACE);
     stream.rewind(&head);
     Some(http2)
+}
+
+/// A TLS listener's connection: the handshake, then the first head read through the TLS
+/// stream (given back to Pingora by `Rewound`), both by the same deadline.
+async fn tls_first_head(
+    session: Stream,
+    acceptor: &Acceptor,
+    budget: &Arc<Budget>,
+    deadline: tokio::time::Instant,
+    max_bytes: usize,
+) -> Option<(Stream, bool)> {
+    let handshaking = budget
+        .reserve(Holder::Connection, TLS_HANDSHAKE_COST)
+        .await?;
+    let tls = handshake(session, acceptor, budget, deadline).await?;
+    drop(handshaking);
+    let h2 = tls.selected_alpn_proto() == Some(ALPN::H2);
+    let mut stream = Rewound::new(tls);
+    let head = Head {
+        deadline,
+        max_bytes,
+        h2_preface: h2,
+    };
+    let http2 = first_head(&mut stream, budget, &head).await?;
+    Some((Box::new(stream), http2))
 }
 
 /// The first byte of a TLS connection: a handshake record.
