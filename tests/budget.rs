@@ -455,12 +455,32 @@ async fn stalled_tls_handshakes_stay_inside_the_deployment_limit() {
     }
     let c = pki.client(false);
     let url = format!("https://localhost:{port}/mcp");
-    let started = Instant::now();
-    let resp = modern_request(&c, &url, &modern_body(json!(1), "tools/list", json!({})))
-        .send()
-        .await
-        .unwrap();
-    let took = started.elapsed();
+    // A new connection may be refused (closed) while the budget is full and no stalled
+    // handshake is old enough to be closed for room yet; a client then connects again.
+    let (mut resp, mut took, mut refused) = (None, Duration::ZERO, 0);
+    let served = poll_until(PATIENCE, async || {
+        let started = Instant::now();
+        match modern_request(&c, &url, &modern_body(json!(1), "tools/list", json!({})))
+            .send()
+            .await
+        {
+            Ok(r) => {
+                (resp, took) = (Some(r), started.elapsed());
+                true
+            }
+            Err(_) => {
+                refused += 1;
+                false
+            }
+        }
+    })
+    .await;
+    assert!(
+        served,
+        "a TLS client was never served beside the stalled handshakes"
+    );
+    let resp = resp.unwrap();
+    eprintln!("new connections refused before one was served: {refused}");
     let (_, peak) = memory(edge.child.id());
     eprintln!(
         "{} stalled ClientHellos: peak RSS {} MiB; a TLS request: {} in {took:?}",
@@ -469,7 +489,7 @@ async fn stalled_tls_handshakes_stay_inside_the_deployment_limit() {
         resp.status()
     );
     assert_eq!(resp.status(), 200);
-    assert!(took < Duration::from_secs(2), "a TLS request took {took:?}");
+    assert!(took < Duration::from_secs(5), "a TLS request took {took:?}");
     assert!(
         peak < DEPLOYMENT_LIMIT,
         "peak RSS {} MiB is past the Deployment's 512 MiB",
