@@ -39,9 +39,7 @@ fn main() {
     );
     headers.insert("mcp-method", "tools/call".parse().expect("header"));
     headers.insert("mcp-name", "digest".parse().expect("header"));
-    let policy = VersionPolicy {
-        accepted: vec!["2026-07-28".into()],
-    };
+    let policy = VersionPolicy::new(vec!["2026-07-28".into()]);
     for (label, nested) in [
         ("one 1 MiB string argument", false),
         ("1 MiB of nested JSON", true),

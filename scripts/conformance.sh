@@ -107,10 +107,16 @@ while [ -z "$SERVER_PORT" ]; do
     sleep 0.1
 done
 
-# ---- the edge: one modern-only route (no legacy versions, so no session key ring) -----------
-# A port that was free a moment ago; the edge binds it at once.
-EDGE_PORT="$(timeout 20 "$NODE22" -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')" ||
-    fail "could not pick a free port"
+# ---- the edge: the default route (versions = "auto"), learning from mcp health checks --------
+# The route lists no versions: the edge must learn from the server's server/discover (and
+# its -32022 to a legacy initialize) that it speaks 2026-07-28 only, and answer as it does.
+# Ports that were free a moment ago; the edge binds them at once.
+free_port() {
+    timeout 20 "$NODE22" -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+EDGE_PORT="$(free_port)" || fail "could not pick a free port"
+METRICS_PORT="$(free_port)" || fail "could not pick a free port"
+head -c 32 /dev/urandom | base64 | sed 's/^/1:/' >"$WORK/session-keys"
 cat >"$WORK/edge.toml" <<EOF
 [server]
 threads = 1
@@ -118,14 +124,22 @@ threads = 1
 [[listeners]]
 address = "127.0.0.1:$EDGE_PORT"
 
+[metrics]
+address = "127.0.0.1:$METRICS_PORT"
+
+[sessions]
+keys_file = "$WORK/session-keys"
+
 [[pools]]
 name = "conformance"
 members = ["127.0.0.1:$SERVER_PORT"]
 
+[pools.health]
+check = "mcp"
+
 [[routes]]
 path = "/mcp"
 pool = "conformance"
-versions = ["2026-07-28"]
 EOF
 timeout 30 "$EDGE_BIN" --check "$WORK/edge.toml" >"$WORK/edge-check.log" 2>&1 || fail_with_log "$WORK/edge-check.log" "mcp-edge --check rejected the generated config"
 "$EDGE_BIN" --config "$WORK/edge.toml" >"$WORK/edge.log" 2>&1 &
@@ -161,6 +175,21 @@ DIRECT_URL="http://127.0.0.1:$SERVER_PORT/mcp"
 EDGE_URL="http://127.0.0.1:$EDGE_PORT/mcp"
 wait_ready "$DIRECT_URL" "the server" "$SERVER_PID" "$WORK/server.err"
 wait_ready "$EDGE_URL" "the edge" "$EDGE_PID" "$WORK/edge.log"
+# ... and has learned what the server speaks (modern yes, legacy no).
+timeout 45 "$NODE22" -e '
+    const url = process.argv[1];
+    const want = [`revision="2026-07-28"} 1`, `revision="2025-11-25"} 0`];
+    const deadline = Date.now() + 40000;
+    (async () => {
+        for (;;) {
+            const text = await fetch(url).then(r => r.text()).catch(() => "");
+            const lines = text.split("\n").filter(l => l.startsWith("mcp_edge_pool_revisions{"));
+            if (want.every(w => lines.some(l => l.endsWith(w)))) process.exit(0);
+            if (Date.now() > deadline) { console.error(`not learned within 40 s: ${lines.join("; ")}`); process.exit(1); }
+            await new Promise(r => setTimeout(r, 100));
+        }
+    })();' "http://127.0.0.1:$METRICS_PORT/metrics" 2>>"$WORK/edge.log" ||
+    fail_with_log "$WORK/edge.log" "the edge did not learn the server's revisions from its health checks"
 
 # ---- the suite, direct and through the edge ---------------------------------------------------
 run_suite() { # SCENARIO LABEL URL -> path of checks.json on stdout

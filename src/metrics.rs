@@ -64,6 +64,9 @@ pub struct PoolMetrics {
     pub dns_resolutions: IntCounterVec,
     /// Connections to a member that failed (refused, timed out), by pool and member.
     pub connect_failures: IntCounterVec,
+    /// Whether a pool's healthy members speak a revision (1) or not (0), as their `mcp`
+    /// health checks told; no series while nobody has said.
+    pub revisions: IntGaugeVec,
 }
 
 /// The memory budget and its push-back.
@@ -410,6 +413,11 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
             "Failed connections to a member (refused, timed out)",
             &["pool", "member"],
         )?,
+        revisions: r.gauge(
+            "mcp_edge_pool_revisions",
+            "Protocol revisions a pool's healthy members speak (1) or refuse (0), from their server/discover answers and a legacy initialize",
+            &["pool", "revision"],
+        )?,
     })
 }
 
@@ -609,10 +617,38 @@ pub fn publish_pool(pool: &str, members: &[(&str, bool)]) {
     }
 }
 
+/// Publish which revisions a pool's members speak.
+pub fn publish_spoken(pool: &str, spoken: &crate::routing::Spoken) {
+    let m = get();
+    for revision in crate::mcp::revisions() {
+        let speaks = if crate::mcp::is_legacy_version(revision) {
+            spoken.legacy
+        } else {
+            spoken
+                .modern
+                .as_ref()
+                .map(|list| list.iter().any(|v| v == revision))
+        };
+        match speaks {
+            Some(yes) => m
+                .pools
+                .revisions
+                .with_label_values(&[pool, revision])
+                .set(i64::from(yes)),
+            None => {
+                let _ = m.pools.revisions.remove_label_values(&[pool, revision]);
+            }
+        }
+    }
+}
+
 /// Drop every series of a pool that no longer exists (after a reload removed it).
 pub fn forget_pool(name: &str) {
     let m = get();
     let _ = m.pools.pool_members.remove_label_values(&[name]);
+    for revision in crate::mcp::revisions() {
+        let _ = m.pools.revisions.remove_label_values(&[name, revision]);
+    }
     let Ok(mut published) = m.published.lock() else {
         return;
     };

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -55,6 +55,59 @@ fn now_ms() -> u64 {
     EPOCH.elapsed().as_millis() as u64
 }
 
+/// What one member says it speaks, from its `mcp` health checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Speaks {
+    /// `supportedVersions` of its last good `server/discover` answer.
+    pub modern: Option<Vec<String>>,
+    /// Whether it accepted a legacy `initialize` (asked once per server identity).
+    pub legacy: Option<bool>,
+    /// `serverInfo` name and version: a new one (a rollout) asks the legacy question again.
+    pub identity: Option<String>,
+    /// The legacy question was asked of this identity (whatever the answer was).
+    pub asked_legacy: bool,
+}
+
+/// What a pool's members speak, combined over the healthy members that answered: the
+/// revisions the edge may route there. `None` in a field means "not known": the edge then
+/// goes by the route's `versions` alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spoken {
+    /// Modern revisions every answering member lists.
+    pub modern: Option<Vec<String>>,
+    /// `Some(false)` when every member asked refused a legacy `initialize`, `Some(true)`
+    /// when every one accepted it; members that disagree leave it unknown.
+    pub legacy: Option<bool>,
+}
+
+impl Spoken {
+    /// Combine what healthy members said; members that said nothing yet do not count.
+    pub fn combine<'a>(members: impl IntoIterator<Item = &'a Speaks>) -> Spoken {
+        let mut spoken = Spoken::default();
+        let mut legacy_votes = (0usize, 0usize);
+        for m in members {
+            if let Some(modern) = &m.modern {
+                spoken.modern = Some(match spoken.modern.take() {
+                    None => modern.clone(),
+                    Some(all) => all.into_iter().filter(|v| modern.contains(v)).collect(),
+                });
+            }
+            match m.legacy {
+                Some(true) => legacy_votes.0 += 1,
+                Some(false) => legacy_votes.1 += 1,
+                None => {}
+            }
+        }
+        spoken.legacy = match legacy_votes {
+            (0, 0) => None,
+            (_, 0) => Some(true),
+            (0, _) => Some(false),
+            _ => None,
+        };
+        spoken
+    }
+}
+
 /// One upstream MCP server.
 #[derive(Debug)]
 pub struct Member {
@@ -67,6 +120,8 @@ pub struct Member {
     ejected_until_ms: AtomicU64,
     /// Handles on this member's response series.
     pub series: crate::metrics::MemberSeries,
+    /// What its health checks learned about the revisions it speaks.
+    pub speaks: Mutex<Speaks>,
 }
 
 impl Member {
@@ -79,7 +134,13 @@ impl Member {
             check_successes: AtomicU32::new(0),
             ejected_until_ms: AtomicU64::new(0),
             series: Default::default(),
+            speaks: Mutex::default(),
         }
+    }
+
+    /// What it speaks, as last learned.
+    pub fn speaks(&self) -> Speaks {
+        self.speaks.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Passes its active checks and is not ejected.
@@ -139,6 +200,8 @@ pub struct Pool {
     pub tls: Option<Arc<UpstreamTls>>,
     /// The `Host` members are sent instead of the client's.
     pub host: Option<String>,
+    /// The revisions its healthy members speak; the routes on this pool read it.
+    pub spoken: Arc<ArcSwap<Spoken>>,
 }
 
 impl Pool {
@@ -156,6 +219,7 @@ impl Pool {
             latency: Default::default(),
             tls: None,
             host: None,
+            spoken: Default::default(),
         }
     }
 
@@ -183,7 +247,8 @@ impl Pool {
         self.members.load_full()
     }
 
-    /// Publish the member count and each member's health as metrics.
+    /// Publish the member count and each member's health as metrics, and what the healthy
+    /// members speak to the routes.
     pub fn publish(&self) {
         let members = self.members();
         let health: Vec<(&str, bool)> = members
@@ -191,6 +256,28 @@ impl Pool {
             .map(|m| (m.label.as_str(), m.is_healthy()))
             .collect();
         crate::metrics::publish_pool(&self.name, &health);
+        let speaks: Vec<Speaks> = members
+            .iter()
+            .filter(|m| m.is_healthy())
+            .map(|m| m.speaks())
+            .collect();
+        let spoken = Spoken::combine(&speaks);
+        let before = self.spoken.load_full();
+        if *before != spoken {
+            log::info!(
+                "pool {}: members speak {} (legacy: {})",
+                self.name,
+                spoken
+                    .modern
+                    .as_ref()
+                    .map_or("unknown modern revisions".to_string(), |m| m.join(", ")),
+                spoken
+                    .legacy
+                    .map_or("unknown", |l| if l { "yes" } else { "no" })
+            );
+            crate::metrics::publish_spoken(&self.name, &spoken);
+            self.spoken.store(Arc::new(spoken));
+        }
     }
 
     pub fn find(&self, label: &str) -> Option<Arc<Member>> {
@@ -255,6 +342,7 @@ impl Pool {
     pub fn inherit(&self, old: &Pool) {
         if self.source == old.source {
             self.members.store(old.members());
+            self.spoken.store(old.spoken.load_full());
         }
     }
 }

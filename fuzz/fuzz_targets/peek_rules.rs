@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(v) = http::HeaderValue::from_bytes(name) {
         headers.insert("mcp-name", v);
     }
-    let policy = VersionPolicy { accepted: vec!["2026-07-28".into(), "2025-11-25".into()] };
+    let policy = VersionPolicy::new(vec!["2026-07-28".into(), "2025-11-25".into()]);
     if let Err(rejection) = check_post(&headers, body, &policy) {
         // Every rejection renders as a JSON-RPC error body.
         let bytes = rejection.error.body(rejection.id.as_ref());

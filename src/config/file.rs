@@ -74,13 +74,38 @@ pub mod defaults {
 
     /// Every revision mcp-edge understands; a route accepts all of them unless told otherwise.
     pub fn versions() -> Vec<String> {
-        let mut v = vec![crate::mcp::MODERN_VERSION.to_string()];
-        v.extend(crate::mcp::LEGACY_VERSIONS.iter().map(|s| s.to_string()));
-        v
+        crate::mcp::revisions().map(str::to_string).collect()
     }
 
     pub fn h2c() -> bool {
         H2C
+    }
+}
+
+/// A route's `versions`: `"auto"` or a list of revisions.
+#[derive(Debug, Deserialize, Clone, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Versions {
+    Keyword(String),
+    List(Vec<String>),
+}
+
+impl Default for Versions {
+    fn default() -> Self {
+        Versions::Keyword("auto".to_string())
+    }
+}
+
+impl Versions {
+    /// The listed revisions (every known one for `"auto"`), or what is wrong.
+    pub fn list(&self) -> Result<Vec<String>, String> {
+        match self {
+            Versions::Keyword(k) if k == "auto" => Ok(defaults::versions()),
+            Versions::Keyword(k) => Err(format!(
+                "'{k}' is neither \"auto\" nor a list of protocol revisions"
+            )),
+            Versions::List(list) => Ok(list.clone()),
+        }
     }
 }
 
@@ -358,7 +383,8 @@ fn dns_interval() -> NonZeroU64 {
 pub enum CheckName {
     #[default]
     Tcp,
-    /// A 2026-07-28 `server/discover` POST.
+    /// A 2026-07-28 `server/discover` POST (and, once per server, a legacy `initialize`):
+    /// health and the revisions the member speaks.
     Mcp,
     None,
 }
@@ -403,8 +429,10 @@ pub struct RouteSection {
     pub messages_path: Option<String>,
     #[serde(default = "defaults::session_params")]
     pub session_params: Vec<String>,
-    #[serde(default = "defaults::versions")]
-    pub versions: Vec<String>,
+    /// `"auto"` (the default: every revision mcp-edge knows) or a list; either way narrowed
+    /// to what the pool's members say they speak.
+    #[serde(default)]
+    pub versions: Versions,
     #[serde(default)]
     pub allowed_origins: Vec<String>,
     /// Host header allowlist (DNS-rebinding defence): `host` or `host:port`; empty allows any.

@@ -375,17 +375,17 @@ fn routes(
     }
     for (i, r) in sections.iter().enumerate() {
         check_route(r, i, errs);
-        let versions = VersionPolicy {
-            accepted: r.versions.clone(),
-        };
-        if r.sse_path.is_some() && !versions.accepts_legacy() {
+        let accepted = r.versions.list().unwrap_or_default();
+        let configured_legacy = accepted.iter().any(|v| crate::mcp::is_legacy_version(v));
+        if r.sse_path.is_some() && !configured_legacy {
             errs.push(format!("routes[{i}].sse_path: HTTP+SSE is legacy, but the route's versions list no legacy revision"));
         }
-        any_legacy |= versions.accepts_legacy();
+        any_legacy |= configured_legacy;
         let Some(pool) = pools.get(&r.pool) else {
             errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));
             continue;
         };
+        let versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
         let route = Arc::new(Route {
             name: format!("{}{}", r.prefix, r.path),
             prefix: r.prefix.clone(),
@@ -451,9 +451,7 @@ fn passthrough(
             prefix: String::new(),
             session_params: Vec::new(),
             pool: pool.clone(),
-            versions: VersionPolicy {
-                accepted: Vec::new(),
-            },
+            versions: VersionPolicy::new(Vec::new()),
             origins: OriginPolicy::new(&p.allowed_origins),
             hosts: lower(&p.allowed_hosts),
             cors_max_age: p.cors_max_age_seconds,
@@ -530,17 +528,19 @@ fn check_route(r: &RouteSection, i: usize, errs: &mut Errors) {
             "routes[{i}].sse_path: sse_path and messages_path go together"
         ));
     }
-    if r.versions.is_empty() {
+    let versions = match r.versions.list() {
+        Ok(list) => list,
+        Err(e) => {
+            errs.push(format!("routes[{i}].versions: {e}"));
+            Vec::new()
+        }
+    };
+    if versions.is_empty() && r.versions.list().is_ok() {
         errs.push(format!(
             "routes[{i}].versions: must list at least one protocol version"
         ));
     }
-    for (j, v) in r
-        .versions
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !is_revision(v))
-    {
+    for (j, v) in versions.iter().enumerate().filter(|(_, v)| !is_revision(v)) {
         errs.push(format!(
             "routes[{i}].versions[{j}]: '{v}' is not a protocol revision (YYYY-MM-DD)"
         ));

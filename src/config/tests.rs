@@ -106,6 +106,22 @@ fn versions_and_origins_are_checked() {
 }
 
 #[test]
+fn versions_may_be_auto() {
+    set_keys();
+    let auto = MINIMAL.replace("pool = \"main\"", "pool = \"main\"\nversions = \"auto\"");
+    let config = Config::parse(&auto).unwrap();
+    let route = &config.runtime.endpoints["/mcp"].route;
+    assert_eq!(route.versions.accepted.len(), 5);
+    assert!(route.versions.accepts_legacy());
+    let other = MINIMAL.replace("pool = \"main\"", "pool = \"main\"\nversions = \"latest\"");
+    let all = Config::parse(&other).unwrap_err().join("\n");
+    assert!(
+        all.contains("routes[0].versions: 'latest' is neither \"auto\""),
+        "{all}"
+    );
+}
+
+#[test]
 fn type_errors_name_their_dotted_key() {
     set_keys();
     let cases = [

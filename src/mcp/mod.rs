@@ -16,6 +16,11 @@ pub const MODERN_VERSION: &str = "2026-07-28";
 /// Revisions that use `initialize` and (optionally) sessions.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// Every revision mcp-edge knows, newest first.
+pub fn revisions() -> impl Iterator<Item = &'static str> {
+    std::iter::once(MODERN_VERSION).chain(LEGACY_VERSIONS.iter().copied())
+}
+
 pub fn is_legacy_version(v: &str) -> bool {
     LEGACY_VERSIONS.contains(&v)
 }

@@ -6,9 +6,13 @@
 //! against the body. A body without a claim is legacy unless its `MCP-Protocol-Version`
 //! header names a non-legacy revision, in which case header and body disagree.
 
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use http::HeaderMap;
 
 use crate::metrics::EraLabel;
+use crate::routing::Spoken;
 use serde_json::Value;
 
 use super::headers::{self, HeaderProblem};
@@ -46,25 +50,91 @@ pub struct Verdict {
     pub name: Option<String>,
 }
 
-/// Versions a route accepts: modern revisions and, when any legacy revision is listed,
-/// legacy traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Versions a route accepts: the modern revisions it lists and, when it lists any legacy
+/// revision, legacy traffic; narrowed to what its pool's members say they speak
+/// ([`Spoken`], learned by the `mcp` health check) once they have said it.
+#[derive(Debug, Clone, Default)]
 pub struct VersionPolicy {
     pub accepted: Vec<String>,
+    /// The pool's view, shared with it; `None` (no pool, or tests) narrows nothing.
+    pub spoken: Option<Arc<ArcSwap<Spoken>>>,
 }
 
 impl VersionPolicy {
-    pub fn accepts_modern(&self, v: &str) -> bool {
-        !super::is_legacy_version(v) && self.accepted.iter().any(|a| a == v)
+    /// A policy that goes by the configured list alone.
+    pub fn new(accepted: Vec<String>) -> Self {
+        VersionPolicy {
+            accepted,
+            spoken: None,
+        }
     }
+
+    /// The same list, narrowed by what a pool's members speak.
+    pub fn narrowed_by(accepted: Vec<String>, spoken: Arc<ArcSwap<Spoken>>) -> Self {
+        VersionPolicy {
+            accepted,
+            spoken: Some(spoken),
+        }
+    }
+
+    pub fn accepts_modern(&self, v: &str) -> bool {
+        !super::is_legacy_version(v)
+            && self.accepted.iter().any(|a| a == v)
+            && self.members_speak(v)
+    }
+
     pub fn accepts_legacy(&self) -> bool {
+        self.configured_legacy() && self.members_speak_legacy()
+    }
+
+    /// The configured list names a legacy revision (whatever the members say).
+    pub fn configured_legacy(&self) -> bool {
         self.accepted.iter().any(|a| super::is_legacy_version(a))
     }
+
+    fn members_speak(&self, modern: &str) -> bool {
+        let Some(spoken) = &self.spoken else {
+            return true;
+        };
+        match &spoken.load().modern {
+            Some(list) => list.iter().any(|v| v == modern),
+            None => true,
+        }
+    }
+
+    fn members_speak_legacy(&self) -> bool {
+        self.spoken
+            .as_ref()
+            .is_none_or(|s| s.load().legacy != Some(false))
+    }
+
+    /// The revisions this route serves now: what -32022 lists.
+    pub fn supported(&self) -> Vec<String> {
+        let legacy = self.members_speak_legacy();
+        self.accepted
+            .iter()
+            .filter(|v| {
+                if super::is_legacy_version(v) {
+                    legacy
+                } else {
+                    self.members_speak(v)
+                }
+            })
+            .cloned()
+            .collect()
+    }
+
     fn unsupported(&self, requested: Option<String>) -> EdgeError {
         EdgeError::UnsupportedVersion {
-            supported: self.accepted.clone(),
+            supported: self.supported(),
             requested,
         }
+    }
+}
+
+impl PartialEq for VersionPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        self.accepted == other.accepted
     }
 }
 

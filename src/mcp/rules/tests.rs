@@ -6,20 +6,16 @@ use serde_json::json;
 const MODERN: &str = "2026-07-28";
 
 fn policy() -> VersionPolicy {
-    VersionPolicy {
-        accepted: vec![
-            MODERN.into(),
-            "2025-11-25".into(),
-            "2025-06-18".into(),
-            "2025-03-26".into(),
-        ],
-    }
+    VersionPolicy::new(vec![
+        MODERN.into(),
+        "2025-11-25".into(),
+        "2025-06-18".into(),
+        "2025-03-26".into(),
+    ])
 }
 
 fn modern_only() -> VersionPolicy {
-    VersionPolicy {
-        accepted: vec![MODERN.into()],
-    }
+    VersionPolicy::new(vec![MODERN.into()])
 }
 
 fn call(method: &str, id: Value, params: Value) -> String {
