@@ -86,6 +86,7 @@ pub enum ErrorKind {
     Overloaded,
     BodyTimeout,
     TlsRequired,
+    TaskUnknown,
 }
 
 impl ErrorKind {
@@ -181,6 +182,9 @@ pub enum EdgeError {
     BodyTimeout,
     /// Plain HTTP sent to a TLS listener.
     TlsRequired,
+    /// A task id the edge sealed that no longer leads anywhere (forged, expired, another
+    /// pool's, or its member left the pool): what a server says of an unknown task.
+    TaskUnknown { reason: &'static str },
 }
 
 impl EdgeError {
@@ -217,6 +221,7 @@ impl EdgeError {
             EdgeError::Overloaded { .. } => ErrorKind::Overloaded,
             EdgeError::BodyTimeout => ErrorKind::BodyTimeout,
             EdgeError::TlsRequired => ErrorKind::TlsRequired,
+            EdgeError::TaskUnknown { .. } => ErrorKind::TaskUnknown,
         }
     }
 
@@ -246,6 +251,8 @@ impl EdgeError {
             EdgeError::HostRejected { .. } => 403,
             EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
+            // In-band, as the TypeScript SDK answers an unknown task.
+            EdgeError::TaskUnknown { .. } => 200,
         }
     }
 
@@ -261,7 +268,7 @@ impl EdgeError {
             | EdgeError::SessionExpired
             | EdgeError::SessionForeign
             | EdgeError::SessionMemberGone { .. } => code::SESSION_NOT_FOUND,
-            EdgeError::InvalidMeta { .. } => code::INVALID_PARAMS,
+            EdgeError::InvalidMeta { .. } | EdgeError::TaskUnknown { .. } => code::INVALID_PARAMS,
             EdgeError::ConnectFailed { .. }
             | EdgeError::NoHealthyMember { .. }
             | EdgeError::Internal { .. }
@@ -328,6 +335,9 @@ impl EdgeError {
             EdgeError::HostRejected { host } => format!("Host '{host}' is not served here"),
             EdgeError::Overloaded { limit } => format!("The edge is at its {limit} limit; retry later"),
             EdgeError::BodyTimeout => "The request body was not received in time".to_string(),
+            EdgeError::TaskUnknown { reason } => {
+                format!("Failed to retrieve task: Task not found ({reason})")
+            }
             EdgeError::TlsRequired => {
                 "This port speaks TLS: send the request over https://".to_string()
             }
@@ -410,7 +420,9 @@ mod tests {
             assert!(v["error"]["message"]
                 .as_str()
                 .is_some_and(|m| !m.is_empty()));
-            assert!((400..600).contains(&e.status()), "{e:?}");
+            // An unknown task is answered in-band, as the server would.
+            let in_band = matches!(e, EdgeError::TaskUnknown { .. });
+            assert!(in_band || (400..600).contains(&e.status()), "{e:?}");
             let label = e.kind().as_str();
             assert!(
                 !label.is_empty() && label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),

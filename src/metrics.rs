@@ -35,6 +35,8 @@ pub struct Metrics {
     pub session_tokens: IntCounterVec,
     /// Session tokens refused, by reason.
     pub session_token_failures: IntCounterVec,
+    /// Task ids sealed, opened and refused (`op`).
+    pub task_ids: IntCounterVec,
     /// Configuration reloads by result (`success`, `failure`).
     pub config_reloads: IntCounterVec,
     pub build_info: IntGaugeVec,
@@ -122,6 +124,9 @@ pub enum TokenFailure {
     ForeignCredential,
     MemberGone,
 }
+
+/// The `op` label of `mcp_edge_task_ids_total`.
+pub const TASK_ID_OPS: [&str; 3] = ["sealed", "opened", "refused"];
 
 /// What happened to a token: the `op` label of `mcp_edge_session_tokens_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
@@ -356,6 +361,11 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "Legacy session tokens sealed and opened",
             &["op"],
         )?,
+        task_ids: r.counter(
+            "mcp_edge_task_ids_total",
+            "Task ids the edge sealed (answers naming a task), opened (requests following one) and refused (forged, expired, another pool's, member gone)",
+            &["op"],
+        )?,
         session_token_failures: r.counter(
             "mcp_edge_session_token_failures_total",
             "Legacy session tokens refused, by reason",
@@ -484,6 +494,9 @@ fn preregister(m: &Metrics) {
     for op in TokenOp::iter() {
         m.session_tokens.with_label_values(&[label(op)]).inc_by(0);
     }
+    for op in TASK_ID_OPS {
+        m.task_ids.with_label_values(&[op]).inc_by(0);
+    }
     for reason in TokenFailure::iter() {
         m.session_token_failures
             .with_label_values(&[label(reason)])
@@ -540,6 +553,10 @@ impl Metrics {
     }
     pub fn token(&self, op: TokenOp) {
         self.session_tokens.with_label_values(&[label(op)]).inc();
+    }
+    /// `op`: one of [`TASK_ID_OPS`].
+    pub fn task_id(&self, op: &'static str) {
+        self.task_ids.with_label_values(&[op]).inc();
     }
     pub fn token_failure(&self, reason: TokenFailure) {
         self.session_token_failures

@@ -18,6 +18,7 @@ pub mod legacy;
 pub mod limits;
 pub mod replay;
 pub mod respond;
+pub mod tasks;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -157,6 +158,9 @@ impl ProxyHttp for Edge {
         }
         let admitted = admitted(ctx)?;
         legacy::restore_upstream_target(upstream, admitted)?;
+        if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
+            tasks::restore_head(upstream, followed)?;
+        }
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
         let req = session.req_header();
         let host = req
@@ -214,6 +218,19 @@ impl ProxyHttp for Edge {
                 ctx.stream_room = Some(room);
             }
         }
+        let content_type = resp
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.as_bytes());
+        // A compressed body is not scanned: its task ids stay the server's (round-robin).
+        let encoded = resp
+            .headers
+            .get(http::header::CONTENT_ENCODING)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        if !encoded && tasks::watch(ctx, content_type) {
+            // Task ids change length; let Pingora re-frame the body.
+            resp.remove_header(&http::header::CONTENT_LENGTH);
+        }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {
             // The endpoint event changes length; let Pingora re-frame the stream.
@@ -230,6 +247,9 @@ impl ProxyHttp for Edge {
         end: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<std::time::Duration>> {
+        if ctx.tasks.is_some() {
+            tasks::rewrite_chunk(body, end, ctx)?;
+        }
         if ctx.rewriter.as_ref().is_none_or(|r| r.is_done() && !end) {
             return Ok(None);
         }

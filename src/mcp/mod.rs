@@ -9,6 +9,7 @@ pub mod headers;
 pub mod origin;
 pub mod peek;
 pub mod rules;
+pub mod task_ids;
 
 /// The modern revision: stateless, every request self-contained.
 pub const MODERN_VERSION: &str = "2026-07-28";

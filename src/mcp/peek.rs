@@ -96,6 +96,9 @@ pub struct Params<'a> {
     pub protocol_version: Option<Field<'a>>,
     /// `params._meta` is present (with or without a claim).
     pub has_meta: bool,
+    /// The client declared the Tasks extension on this request
+    /// (`_meta["io.modelcontextprotocol/clientCapabilities"].extensions["io.modelcontextprotocol/tasks"]`).
+    pub tasks: bool,
 }
 
 /// `params` when it is an object; anything else reads as no params.
@@ -119,7 +122,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
                         "protocolVersion" => p.protocol_version = Some(map.next_value()?),
                         "_meta" => {
                             p.has_meta = true;
-                            p.claim = map.next_value::<MetaClaim>()?.0;
+                            let meta = map.next_value::<MetaClaim>()?;
+                            p.claim = meta.0;
+                            p.tasks = meta.1;
                         }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
@@ -158,8 +163,70 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
     }
 }
 
-/// The protocol-version claim inside `_meta`, when `_meta` is an object holding it.
-struct MetaClaim<'a>(Option<Field<'a>>);
+/// `params._meta` key carrying the per-request client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The Tasks extension's identifier.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The protocol-version claim inside `_meta`, when `_meta` is an object holding it, and
+/// whether the client capabilities there declare the Tasks extension.
+struct MetaClaim<'a>(Option<Field<'a>>, bool);
+
+/// Whether an object (client capabilities, then its `extensions`) holds `key`; anything
+/// else reads as no.
+struct Holds<const DEPTH: u8>(bool);
+
+impl<'de, const DEPTH: u8> Deserialize<'de> for Holds<DEPTH> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<const DEPTH: u8>;
+        impl<'de, const DEPTH: u8> Visitor<'de> for V<DEPTH> {
+            type Value = Holds<DEPTH>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("client capabilities")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut found = false;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    found = match (DEPTH, key.as_ref()) {
+                        (0, "extensions") => map.next_value::<Holds<1>>()?.0,
+                        (1, TASKS_EXTENSION) => {
+                            map.next_value::<IgnoredAny>()?;
+                            true
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            found
+                        }
+                    };
+                }
+                Ok(Holds(found))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Holds(false))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Holds(false))
+            }
+        }
+        d.deserialize_any(V::<DEPTH>)
+    }
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for MetaClaim<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -171,36 +238,39 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetaClaim<'a> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut claim = None;
+                let mut tasks = false;
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     if key == META_PROTOCOL_VERSION {
                         claim = Some(map.next_value()?);
+                    } else if key == META_CLIENT_CAPABILITIES {
+                        tasks = map.next_value::<Holds<0>>()?.0;
                     } else {
                         map.next_value::<IgnoredAny>()?;
                     }
                 }
-                Ok(MetaClaim(claim))
+                Ok(MetaClaim(claim, tasks))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None))
+                Ok(MetaClaim(None, false))
             }
         }
         d.deserialize_any(V)

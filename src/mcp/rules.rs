@@ -48,6 +48,8 @@ pub struct Verdict {
     pub id: Option<Value>,
     /// The decoded `Mcp-Name` subject (tool, prompt, resource URI, task id), for logs.
     pub name: Option<String>,
+    /// A modern request whose client declared the Tasks extension.
+    pub tasks: bool,
 }
 
 /// Versions a route accepts: the modern revisions it lists and, when it lists any legacy
@@ -200,6 +202,7 @@ fn check_batch(
         method: None,
         id: None,
         name: None,
+        tasks: false,
     })
 }
 
@@ -309,6 +312,7 @@ fn modern(
         method: Some(method.to_owned()),
         id,
         name,
+        tasks: m.params.tasks,
     })
 }
 
@@ -396,6 +400,7 @@ fn legacy(
         method: m.method().map(str::to_owned),
         id,
         name: None,
+        tasks: false,
     })
 }
 

@@ -13,7 +13,7 @@ use pingora::proxy::Session;
 
 use super::ctx::{Admitted, Ctx};
 use super::limits::{self, Load};
-use super::{body, cors, legacy};
+use super::{body, cors, legacy, tasks};
 use crate::budget::Budget;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{self, Era};
@@ -84,6 +84,7 @@ pub async fn admit(
             endpoint: endpoint.kind,
             id: request.id,
             legacy,
+            task: request.task,
         },
         body: request.body,
     })
@@ -152,6 +153,7 @@ struct Request {
     era: Option<Era>,
     id: Option<serde_json::Value>,
     body: Option<body::Body>,
+    task: Option<tasks::TaskRole>,
 }
 
 impl Request {
@@ -160,6 +162,7 @@ impl Request {
             era,
             id: None,
             body: None,
+            task: None,
         }
     }
 }
@@ -183,9 +186,10 @@ async fn request(
             era: None,
             id: None,
             body: body::read_any(session, ctx, budget).await?,
+            task: None,
         }),
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
-            let body = body::read(session, ctx, budget).await?;
+            let mut body = body::read(session, ctx, budget).await?;
             let headers = &session.req_header().headers;
             let mut verdict = rules::check_post(headers, &body.bytes, &endpoint.route.versions)?;
             if endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy {
@@ -197,11 +201,14 @@ async fn request(
                     verdict.id,
                 ));
             }
+            let task = tasks::admit(&verdict, &mut body, &ctx.snapshot, &endpoint.route);
             ctx.labels.record(&mut verdict);
+            let task = task.map_err(|e| Rejection::with_id(e, verdict.id.clone()))?;
             Ok(Request {
                 era: Some(verdict.era),
                 id: verdict.id,
                 body: Some(body),
+                task,
             })
         }
         (EndpointKind::Streamable, &Method::GET | &Method::DELETE)

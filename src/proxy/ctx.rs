@@ -45,6 +45,8 @@ pub struct Ctx {
     pub answered_continue: bool,
     /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
     pub sse: bool,
+    /// The scan swapping task ids in the response (see [`super::tasks`]).
+    pub tasks: Option<(super::tasks::Scan, super::tasks::Sealed)>,
     /// The origin this request's responses grant (CORS; see [`super::cors`]).
     pub cors: Option<http::HeaderValue>,
     /// The edge answered the request itself as a CORS preflight.
@@ -67,6 +69,7 @@ impl Ctx {
             stream_room: None,
             answered_continue: false,
             sse: false,
+            tasks: None,
             cors: None,
             preflight: false,
         }
@@ -86,6 +89,8 @@ pub struct Admitted {
     pub id: Option<Value>,
     /// Set for legacy (2024/2025) requests only.
     pub legacy: Option<Legacy>,
+    /// What a modern request has to do with tasks (see [`super::tasks`]).
+    pub task: Option<super::tasks::TaskRole>,
 }
 
 /// A legacy request's session state.

@@ -20,6 +20,15 @@ use crate::routing::{Member, Pick};
 /// The member for this try of the request.
 pub fn choose(ctx: &Ctx, admitted: &Admitted) -> Result<Arc<Member>, Box<Error>> {
     let tried = &ctx.upstream.tried;
+    if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
+        // The member holding the task, and once more after a dead pooled connection.
+        if tried.len() < 2 {
+            return Ok(followed.member.clone());
+        }
+        return Err(failed(EdgeError::ConnectFailed {
+            detail: format!("the task's member {} failed twice", followed.member.label),
+        }));
+    }
     if let Some(sticky) = admitted.session() {
         // The session's member, and once more when a pooled connection to it was found
         // dead before the request was written.

@@ -6,7 +6,9 @@
 //! version (1) | key id (1) | nonce (12) | AES-256-GCM( claims ) + tag (16)
 //! ```
 //!
-//! The version and key id are authenticated as associated data. Claims, in order:
+//! The version byte also says what the token names: 1 a legacy session, 2 a task (Tasks
+//! extension). A token of one kind never opens as the other. The version and key id are
+//! authenticated as associated data. Claims, in order:
 //! issue time (u64 seconds), flags (u8, bit 0: credential digest present), credential digest
 //! (16 bytes, if present), then pool, member and upstream session id, each as a u16 length
 //! and UTF-8 bytes.
@@ -18,7 +20,12 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use super::KeyRing;
 
-const VERSION: u8 = 1;
+/// What a token names: its version byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Session = 1,
+    Task = 2,
+}
 const HEADER_LEN: usize = 2 + NONCE_LEN;
 const TAG_LEN: usize = 16;
 /// Longest token text the edge will try to open.
@@ -62,7 +69,22 @@ impl TokenError {
     }
 }
 
+/// Seal a legacy session token.
 pub fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, &'static str> {
+    seal_kind(ring, claims, Kind::Session)
+}
+
+/// Open a legacy session token.
+pub fn open(
+    ring: &KeyRing,
+    token: &str,
+    now: u64,
+    max_age_secs: u64,
+) -> Result<Claims, TokenError> {
+    open_kind(ring, token, now, max_age_secs, Kind::Session)
+}
+
+pub fn seal_kind(ring: &KeyRing, claims: &Claims, kind: Kind) -> Result<String, &'static str> {
     let (key_id, key) = ring.sealing();
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new()
@@ -70,7 +92,7 @@ pub fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, &'static str> {
         .map_err(|_| "no system randomness")?;
 
     let mut buf = Vec::with_capacity(HEADER_LEN + 64 + claims.upstream_id.len() + TAG_LEN);
-    buf.extend_from_slice(&[VERSION, key_id]);
+    buf.extend_from_slice(&[kind as u8, key_id]);
     buf.extend_from_slice(&nonce);
     buf.extend_from_slice(&claims.issued_at.to_be_bytes());
     match claims.credential {
@@ -97,11 +119,12 @@ pub fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, &'static str> {
     Ok(URL_SAFE_NO_PAD.encode(buf))
 }
 
-pub fn open(
+pub fn open_kind(
     ring: &KeyRing,
     token: &str,
     now: u64,
     max_age_secs: u64,
+    kind: Kind,
 ) -> Result<Claims, TokenError> {
     if token.len() > MAX_TOKEN_CHARS {
         return Err(TokenError::Malformed);
@@ -109,7 +132,7 @@ pub fn open(
     let mut buf = URL_SAFE_NO_PAD
         .decode(token.as_bytes())
         .map_err(|_| TokenError::Malformed)?;
-    if buf.len() < HEADER_LEN + TAG_LEN || buf[0] != VERSION {
+    if buf.len() < HEADER_LEN + TAG_LEN || buf[0] != kind as u8 {
         return Err(TokenError::Malformed);
     }
     let key = ring.get(buf[1]).ok_or(TokenError::UnknownKey)?;
@@ -193,6 +216,22 @@ mod tests {
         );
         assert_eq!(open(&ring, &t, NOW + 5, 3600).unwrap(), claims());
         assert_ne!(seal(&ring, &claims()).unwrap(), t, "random nonce per token");
+    }
+
+    #[test]
+    fn a_task_token_is_no_session_token() {
+        let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        let task = seal_kind(&ring, &claims(), Kind::Task).unwrap();
+        assert_eq!(
+            open_kind(&ring, &task, NOW, 3600, Kind::Task).unwrap(),
+            claims()
+        );
+        assert_eq!(open(&ring, &task, NOW, 3600), Err(TokenError::Malformed));
+        let session = seal(&ring, &claims()).unwrap();
+        assert_eq!(
+            open_kind(&ring, &session, NOW, 3600, Kind::Task),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]

@@ -61,6 +61,13 @@ pub enum Behavior {
     /// The n-th request the mock reads (over all connections) behaves as the n-th entry; the
     /// last entry repeats.
     Sequence(Vec<Behavior>),
+    /// A server of the Tasks extension (SEP-2663) that keeps its tasks to itself: a
+    /// `tools/call` from a client that declared the extension creates a task here (its id
+    /// `<prefix>-<n>`), answered as JSON; `tasks/get` answers on an event stream (a
+    /// `notifications/tasks/status`, then the task); `tasks/update` and `tasks/cancel` answer
+    /// JSON. A task this instance does not hold, or an `Mcp-Name` that does not mirror
+    /// `params.taskId`, is answered -32602 and counted in [`Mock::task_misses`].
+    Tasks { prefix: String },
 }
 
 /// One request as the mock saw it.
@@ -91,6 +98,9 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     events: mpsc::UnboundedSender<(Event, Instant)>,
     released: Semaphore,
+    /// `Tasks`: id → status, and requests for tasks this instance does not hold.
+    tasks: Mutex<Vec<(String, String)>>,
+    task_misses: AtomicUsize,
 }
 
 pub struct Mock {
@@ -122,6 +132,8 @@ impl Mock {
             seen: Mutex::new(Vec::new()),
             events: tx,
             released: Semaphore::new(0),
+            tasks: Mutex::new(Vec::new()),
+            task_misses: AtomicUsize::new(0),
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -182,6 +194,17 @@ impl Mock {
     }
 
     /// Wait for the next event of `kind`, up to `timeout`; when it happened.
+    /// `Tasks`: requests that named a task this instance does not hold (or whose `Mcp-Name`
+    /// did not mirror it).
+    pub fn task_misses(&self) -> usize {
+        self.shared.task_misses.load(Ordering::SeqCst)
+    }
+
+    /// `Tasks`: the tasks this instance holds, with their status.
+    pub fn tasks(&self) -> Vec<(String, String)> {
+        self.shared.tasks.lock().unwrap().clone()
+    }
+
     pub async fn wait_for(&self, kind: Event, timeout: Duration) -> Option<Instant> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = self.events.lock().await;
@@ -231,6 +254,11 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 stream.write_all(resp.as_bytes()).await?;
             }
             Behavior::ActThenClose => return Ok(()),
+            Behavior::Tasks { prefix } => {
+                let parsed = http1::Head::parse(&head.text);
+                let resp = tasks_answer(shared, prefix, &parsed, &body, id);
+                stream.write_all(resp.as_bytes()).await?;
+            }
             Behavior::Raw(bytes) => stream.write_all(bytes.as_bytes()).await?,
             Behavior::Json => {
                 let body = serde_json::json!({"jsonrpc":"2.0","id":id,"result":{"len":body.len(),"sha256":sha}}).to_string();
@@ -311,6 +339,96 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 stream.set_linger(Some(Duration::ZERO))?;
                 return Ok(());
             }
+        }
+    }
+}
+
+/// The whole HTTP response of the `Tasks` server to one request.
+fn tasks_answer(
+    shared: &Shared,
+    prefix: &str,
+    head: &http1::Head,
+    body: &[u8],
+    id: serde_json::Value,
+) -> String {
+    use serde_json::{json, Value};
+    let json_response = |v: Value| {
+        let text = v.to_string();
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+            text.len()
+        )
+    };
+    let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let method = request["method"].as_str().unwrap_or("");
+    let params = &request["params"];
+    let now = "2026-12-01T00:00:00Z";
+    let task = |task_id: &str, status: &str| {
+        json!({"taskId": task_id, "status": status, "createdAt": now, "lastUpdatedAt": now,
+               "ttlSeconds": 60, "pollIntervalMilliseconds": 100})
+    };
+    if method == "tools/call" {
+        let declared = params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_some();
+        if !declared {
+            return json_response(
+                json!({"jsonrpc":"2.0","id":id,"result":{"content":[{"type":"text","text":"done at once"}]}}),
+            );
+        }
+        let mut tasks = shared.tasks.lock().unwrap();
+        let task_id = format!("{prefix}-{}", tasks.len() + 1);
+        tasks.push((task_id.clone(), "working".to_string()));
+        let mut result = task(&task_id, "working");
+        result["resultType"] = json!("task");
+        return json_response(json!({"jsonrpc":"2.0","id":id,"result":result}));
+    }
+    let task_id = params["taskId"].as_str().unwrap_or("");
+    let named = head.header("mcp-name").map(|v| {
+        match v
+            .trim()
+            .strip_prefix("=?base64?")
+            .and_then(|r| r.strip_suffix("?="))
+        {
+            Some(b64) => {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .unwrap_or_default()
+            }
+            None => v.trim().to_string(),
+        }
+    });
+    let mut tasks = shared.tasks.lock().unwrap();
+    let held = tasks.iter_mut().find(|(t, _)| t == task_id);
+    let Some((_, status)) = held.filter(|_| named.as_deref() == Some(task_id)) else {
+        shared.task_misses.fetch_add(1, Ordering::SeqCst);
+        return json_response(json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,
+            "message":"Failed to retrieve task: Task not found"}}));
+    };
+    match method {
+        "tasks/update" => {
+            *status = "working".to_string();
+            json_response(json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete"}}))
+        }
+        "tasks/cancel" => {
+            *status = "cancelled".to_string();
+            json_response(json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete"}}))
+        }
+        _ => {
+            let mut result = task(task_id, status);
+            result["resultType"] = json!("complete");
+            let note = json!({"jsonrpc":"2.0","method":"notifications/tasks/status",
+                "params": task(task_id, status)});
+            let answer = json!({"jsonrpc":"2.0","id":id,"result":result});
+            let events =
+                format!("event: message\ndata: {note}\n\nevent: message\ndata: {answer}\n\n");
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{events}",
+                events.len()
+            )
         }
     }
 }
