@@ -11,6 +11,7 @@
 pub mod access_log;
 pub mod admit;
 pub mod body;
+pub mod bridge;
 pub mod cors;
 pub mod ctx;
 pub mod forwarding;
@@ -90,6 +91,10 @@ impl ProxyHttp for Edge {
                 cors::answer_preflight(session, ctx, methods, max_age, any_header).await;
                 Ok(true)
             }
+            Ok(admit::Admission::Answer(answer)) => {
+                respond::answer(session, ctx, answer).await;
+                Ok(true)
+            }
             Ok(admit::Admission::Proxy { admitted, body }) => {
                 ctx.admitted = Some(admitted);
                 let cutoff = self.cutoff.clone();
@@ -158,8 +163,11 @@ impl ProxyHttp for Edge {
         }
         let admitted = admitted(ctx)?;
         legacy::restore_upstream_target(upstream, admitted)?;
-        if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
-            tasks::restore_head(upstream, followed)?;
+        if let Some(role) = &admitted.task {
+            tasks::restore_head(upstream, role)?;
+        }
+        if let Some(forward) = &admitted.bridge {
+            bridge::restore_head(upstream, forward)?;
         }
         // HTTP/2 clients send :authority instead of Host; an HTTP/1.1 upstream needs Host.
         let req = session.req_header();
@@ -198,6 +206,9 @@ impl ProxyHttp for Edge {
         ctx: &mut Ctx,
     ) -> Result<()> {
         legacy::seal_session_header(resp, ctx)?;
+        if admitted(ctx)?.bridge.is_some() {
+            bridge::legacy_status(resp)?;
+        }
         match &ctx.cors {
             Some(origin) => cors::apply(resp, origin)?,
             None if admitted(ctx)?.route.origins.grants_any() => cors::vary_only(resp)?,

@@ -64,8 +64,15 @@ pub struct Speaks {
     pub legacy: Option<bool>,
     /// `serverInfo` name and version: a new one (a rollout) asks the legacy question again.
     pub identity: Option<String>,
-    /// The legacy question was asked of this identity (whatever the answer was).
-    pub asked_legacy: bool,
+    /// Times the legacy question was asked of this identity without an answer that settles
+    /// it (asked at most [`Speaks::LEGACY_ATTEMPTS`] times).
+    pub legacy_attempts: u8,
+    /// Its last `DiscoverResult` (what a bridged `initialize` is answered from).
+    pub discover: Option<Arc<serde_json::Value>>,
+}
+
+impl Speaks {
+    pub const LEGACY_ATTEMPTS: u8 = 3;
 }
 
 /// What a pool's members speak, combined over the healthy members that answered: the
@@ -78,6 +85,8 @@ pub struct Spoken {
     /// `Some(false)` when every member asked refused a legacy `initialize`, `Some(true)`
     /// when every one accepted it; members that disagree leave it unknown.
     pub legacy: Option<bool>,
+    /// A healthy member's last `DiscoverResult`.
+    pub discover: Option<Arc<serde_json::Value>>,
 }
 
 impl Spoken {
@@ -92,11 +101,19 @@ impl Spoken {
                     Some(all) => all.into_iter().filter(|v| modern.contains(v)).collect(),
                 });
             }
+            if spoken.discover.is_none() {
+                spoken.discover = m.discover.clone();
+            }
             match m.legacy {
                 Some(true) => legacy_votes.0 += 1,
                 Some(false) => legacy_votes.1 += 1,
                 None => {}
             }
+        }
+        if spoken.modern.as_ref().is_some_and(Vec::is_empty) {
+            // Members that share no revision (or one that lists none) cannot narrow a
+            // route to nothing: the route's own list stands.
+            spoken.modern = None;
         }
         spoken.legacy = match legacy_votes {
             (0, 0) => None,
@@ -256,14 +273,19 @@ impl Pool {
             .map(|m| (m.label.as_str(), m.is_healthy()))
             .collect();
         crate::metrics::publish_pool(&self.name, &health);
+        // Learned only by `mcp` checks: after a reload to another check, nothing is.
+        let learning = matches!(self.health.check, CheckKind::Mcp { .. });
         let speaks: Vec<Speaks> = members
             .iter()
-            .filter(|m| m.is_healthy())
+            .filter(|m| learning && m.is_healthy())
             .map(|m| m.speaks())
             .collect();
         let spoken = Spoken::combine(&speaks);
         let before = self.spoken.load_full();
-        if *before != spoken {
+        if *before == spoken {
+            return;
+        }
+        if before.modern != spoken.modern || before.legacy != spoken.legacy {
             log::info!(
                 "pool {}: members speak {} (legacy: {})",
                 self.name,
@@ -276,8 +298,8 @@ impl Pool {
                     .map_or("unknown", |l| if l { "yes" } else { "no" })
             );
             crate::metrics::publish_spoken(&self.name, &spoken);
-            self.spoken.store(Arc::new(spoken));
         }
+        self.spoken.store(Arc::new(spoken));
     }
 
     pub fn find(&self, label: &str) -> Option<Arc<Member>> {

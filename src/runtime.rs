@@ -55,6 +55,8 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// `Access-Control-Max-Age` of the edge's preflight answers (`cors_max_age_seconds`).
     pub cors_max_age: u64,
+    /// Legacy Streamable HTTP clients are bridged to the 2026-07-28 members (`bridge_legacy`).
+    pub bridge: bool,
     /// Handles on this route's per-request metric series.
     pub series: crate::metrics::RouteSeries,
 }

@@ -170,11 +170,13 @@ async fn only_task_answers_change_and_only_their_ids() {
     let text = r.text().await.unwrap();
     let answer: Value = serde_json::from_str(&text).unwrap();
     let sealed = answer["result"]["taskId"].as_str().unwrap();
-    let server = text.replace(sealed, "t-1");
-    assert!(
-        server.contains(r#""taskId":"t-1""#) && server.contains(r#""resultType":"task""#),
-        "{text}"
-    );
+    // What the server sent (the mock's bytes: serde_json with sorted keys).
+    let now = "2026-12-01T00:00:00Z";
+    let sent = json!({"jsonrpc": "2.0", "id": 2, "result": {"taskId": "t-1", "status": "working",
+        "createdAt": now, "lastUpdatedAt": now, "ttlSeconds": 60, "pollIntervalMilliseconds": 100,
+        "resultType": "task"}})
+    .to_string();
+    assert_eq!(text.replace(sealed, "t-1"), sent, "only the id changed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +193,12 @@ async fn a_task_id_that_leads_nowhere_is_answered_as_an_unknown_task() {
     let holder = if a.tasks().is_empty() { &b } else { &a };
     let heads = a.heads() + b.heads();
 
-    // Altered, and an edge whose pool no longer holds the member (another replica's view).
-    let mut forged = task.clone();
-    let last = forged.pop().unwrap();
-    forged.push(if last == 'A' { 'B' } else { 'A' });
+    // Altered in the middle (the sealed part, not a padding bit), and an edge whose pool no
+    // longer holds the member (another replica's view).
+    let middle = task.len() / 2 + "mcp-edge-task.".len() / 2;
+    let mut forged: Vec<char> = task.chars().collect();
+    forged[middle] = if forged[middle] == 'A' { 'B' } else { 'A' };
+    let forged: String = forged.into_iter().collect();
     let other = start_replica(
         &edge,
         &pool_and_route(

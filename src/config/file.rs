@@ -441,4 +441,8 @@ pub struct RouteSection {
     /// How long browsers may cache the edge's answer to a CORS preflight.
     #[serde(default = "cors_max_age")]
     pub cors_max_age_seconds: u64,
+    /// Serve legacy (2025) Streamable HTTP clients from 2026-07-28 members: the edge answers
+    /// `initialize` and turns every later request into a stateless one.
+    #[serde(default)]
+    pub bridge_legacy: bool,
 }

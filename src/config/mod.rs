@@ -385,7 +385,16 @@ fn routes(
             errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));
             continue;
         };
-        let versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
+        let mut versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
+        versions.bridged = r.bridge_legacy;
+        if r.bridge_legacy {
+            if !configured_legacy {
+                errs.push(format!("routes[{i}].bridge_legacy: the route's versions list no legacy revision to bridge"));
+            }
+            if !matches!(pool.health.check, crate::routing::CheckKind::Mcp { .. }) {
+                errs.push(format!("routes[{i}].bridge_legacy: the pool '{}' needs [pools.health] check = \"mcp\" (the edge answers initialize from its members' server/discover)", r.pool));
+            }
+        }
         let route = Arc::new(Route {
             name: format!("{}{}", r.prefix, r.path),
             prefix: r.prefix.clone(),
@@ -395,6 +404,7 @@ fn routes(
             origins: OriginPolicy::new(&r.allowed_origins),
             hosts: lower(&r.allowed_hosts),
             cors_max_age: r.cors_max_age_seconds,
+            bridge: r.bridge_legacy,
             series: Default::default(),
         });
         for (path, kind) in public_paths(r) {
@@ -455,6 +465,7 @@ fn passthrough(
             origins: OriginPolicy::new(&p.allowed_origins),
             hosts: lower(&p.allowed_hosts),
             cors_max_age: p.cors_max_age_seconds,
+            bridge: false,
             series: Default::default(),
         });
         let endpoint = Endpoint {

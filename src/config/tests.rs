@@ -122,6 +122,24 @@ fn versions_may_be_auto() {
 }
 
 #[test]
+fn a_bridge_needs_legacy_versions_and_mcp_checks() {
+    set_keys();
+    let text = MINIMAL.replace(
+        "pool = \"main\"",
+        "pool = \"main\"\nversions = [\"2026-07-28\"]\nbridge_legacy = true",
+    );
+    let all = Config::parse(&text).unwrap_err().join("\n");
+    assert!(
+        all.contains("routes[0].bridge_legacy: the route's versions list no legacy"),
+        "{all}"
+    );
+    assert!(
+        all.contains("needs [pools.health] check = \"mcp\""),
+        "{all}"
+    );
+}
+
+#[test]
 fn type_errors_name_their_dotted_key() {
     set_keys();
     let cases = [

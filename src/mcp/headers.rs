@@ -77,6 +77,22 @@ pub fn plain_value(raw: &[u8]) -> Result<&str, HeaderProblem> {
     std::str::from_utf8(v).map_err(|_| HeaderProblem::InvalidCharacters)
 }
 
+/// A name for `Mcp-Name`: as it is when it is plain visible ASCII (no spaces), else
+/// `=?base64?…?=` (also a plain value that would read as that form).
+pub fn encode_value(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.bytes().all(|b| (0x21..=0x7e).contains(&b))
+        && !(name.starts_with("=?") && name.ends_with("?="));
+    if plain {
+        name.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(name)
+        )
+    }
+}
+
 fn trim_ows(v: &[u8]) -> &[u8] {
     let is_ows = |c: &u8| *c == b' ' || *c == b'\t';
     let start = v.iter().position(|c| !is_ows(c)).unwrap_or(v.len());
@@ -87,6 +103,17 @@ fn trim_ows(v: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_need_it_are_encoded() {
+        assert_eq!(encode_value("786512e2-9e0d"), "786512e2-9e0d");
+        assert_eq!(encode_value("tâche"), "=?base64?dMOiY2hl?=");
+        assert_eq!(encode_value("a b"), "=?base64?YSBi?=");
+        assert_eq!(
+            encode_value("=?base64?eA==?="),
+            "=?base64?PT9iYXNlNjQ/ZUE9PT89?="
+        );
+    }
 
     #[test]
     fn decode_table() {

@@ -60,6 +60,8 @@ pub struct VersionPolicy {
     pub accepted: Vec<String>,
     /// The pool's view, shared with it; `None` (no pool, or tests) narrows nothing.
     pub spoken: Option<Arc<ArcSwap<Spoken>>>,
+    /// Legacy clients are bridged: the members' own legacy support does not matter.
+    pub bridged: bool,
 }
 
 impl VersionPolicy {
@@ -68,6 +70,7 @@ impl VersionPolicy {
         VersionPolicy {
             accepted,
             spoken: None,
+            bridged: false,
         }
     }
 
@@ -76,6 +79,7 @@ impl VersionPolicy {
         VersionPolicy {
             accepted,
             spoken: Some(spoken),
+            bridged: false,
         }
     }
 
@@ -105,9 +109,11 @@ impl VersionPolicy {
     }
 
     fn members_speak_legacy(&self) -> bool {
-        self.spoken
-            .as_ref()
-            .is_none_or(|s| s.load().legacy != Some(false))
+        self.bridged
+            || self
+                .spoken
+                .as_ref()
+                .is_none_or(|s| s.load().legacy != Some(false))
     }
 
     /// The revisions this route serves now: what -32022 lists.

@@ -10,8 +10,13 @@
 
 use bytes::{Bytes, BytesMut};
 
-/// A task id longer than this is passed through unchanged.
-const MAX_ID_BYTES: usize = 4096;
+/// A task id longer than this is passed through unchanged (its sealed form would not fit
+/// in a token).
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Only the top-level object and the objects in its members need their state kept (keys are
+/// looked at there); deeper nesting is a count, so `[[[[…` costs no memory.
+const KEPT_FRAMES: usize = 2;
 
 /// Keys are compared when at most this long (`result`, `params`, `taskId`).
 const MAX_KEY_BYTES: usize = 8;
@@ -45,11 +50,56 @@ enum Top {
     Holder,
 }
 
+/// The nesting: kept frames, then a count of deeper levels.
+#[derive(Debug, Default)]
+struct Stack {
+    frames: Vec<Frame>,
+    deeper: usize,
+}
+
+impl Stack {
+    fn push(&mut self, frame: Frame) {
+        if self.deeper == 0 && self.frames.len() < KEPT_FRAMES {
+            self.frames.push(frame);
+        } else {
+            self.deeper += 1;
+        }
+    }
+    fn pop(&mut self) {
+        if self.deeper > 0 {
+            self.deeper -= 1;
+        } else {
+            self.frames.pop();
+        }
+    }
+    /// The innermost frame, when it is a kept one.
+    fn last(&self) -> Option<&Frame> {
+        if self.deeper > 0 {
+            None
+        } else {
+            self.frames.last()
+        }
+    }
+    fn last_mut(&mut self) -> Option<&mut Frame> {
+        if self.deeper > 0 {
+            None
+        } else {
+            self.frames.last_mut()
+        }
+    }
+    fn len(&self) -> usize {
+        self.frames.len() + self.deeper
+    }
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Follows one JSON text (or several in a row) and replaces the string values at
 /// `result.taskId` and `params.taskId` of the top-level object.
 #[derive(Debug)]
 pub struct JsonScan {
-    stack: Vec<Frame>,
+    stack: Stack,
     string: Str,
     /// The string being read is a key (its bytes collect in `key`).
     in_key: bool,
@@ -67,7 +117,7 @@ pub struct JsonScan {
 impl Default for JsonScan {
     fn default() -> Self {
         JsonScan {
-            stack: Vec::new(),
+            stack: Stack::default(),
             string: Str::Outside,
             in_key: false,
             key: Vec::new(),
@@ -460,6 +510,28 @@ mod tests {
                 assert_eq!(json_in_pieces(text, &[a, b]), whole, "cut at {a}, {b}");
             }
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_counted_not_stored() {
+        let deep = format!(
+            r#"{{"result":{{"a":{}{},"taskId":"x"}}}}"#,
+            "[{\"taskId\":\"no\",\"b\":".repeat(5000),
+            "0}]".repeat(5000)
+        );
+        let mut scan = JsonScan::new();
+        let mut out = BytesMut::new();
+        scan.feed(deep.as_bytes(), &mut out, &mut seal);
+        assert!(
+            scan.stack.frames.capacity() <= 8,
+            "frames kept: {}",
+            scan.stack.frames.capacity()
+        );
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert_eq!(
+            out,
+            deep.replace(r#""taskId":"x""#, r#""taskId":"sealed<x>""#)
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub fn finish(session: &Session, ctx: &Ctx) {
 fn outcome(ctx: &Ctx) -> Outcome {
     match (&ctx.error, ctx.upstream.status) {
         (None, Some(_)) => Outcome::Forwarded,
-        (None, None) if ctx.preflight => Outcome::Answered,
+        (None, None) if ctx.answered => Outcome::Answered,
         (Some(EdgeError::ClientError { .. }), _) => Outcome::ClientError,
         (Some(e), _) if e.status() < 500 => Outcome::Rejected,
         _ => Outcome::Failed,

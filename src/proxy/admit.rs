@@ -13,7 +13,7 @@ use pingora::proxy::Session;
 
 use super::ctx::{Admitted, Ctx};
 use super::limits::{self, Load};
-use super::{body, cors, legacy, tasks};
+use super::{body, bridge, cors, legacy, tasks};
 use crate::budget::Budget;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{self, Era};
@@ -26,6 +26,8 @@ pub enum Admission {
         admitted: Admitted,
         body: Option<body::Body>,
     },
+    /// A bridged legacy message the edge answers itself (`initialize`, `ping`, …).
+    Answer(bridge::Answer),
     /// A CORS preflight from an allowed origin, which the edge answers itself.
     Preflight {
         methods: &'static str,
@@ -71,8 +73,13 @@ pub async fn admit(
         ctx.slots
             .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
     }
+    let bridge = match request.bridge {
+        Some(bridge::Bridged::Answer(answer)) => return Ok(Admission::Answer(answer)),
+        Some(bridge::Bridged::Forward(forward)) => Some(forward),
+        None => None,
+    };
     let legacy = match request.era {
-        Some(Era::Legacy) => Some(
+        Some(Era::Legacy) if bridge.is_none() => Some(
             legacy::admit(session.req_header(), &snapshot, &endpoint)
                 .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
         ),
@@ -85,6 +92,7 @@ pub async fn admit(
             id: request.id,
             legacy,
             task: request.task,
+            bridge,
         },
         body: request.body,
     })
@@ -154,6 +162,7 @@ struct Request {
     id: Option<serde_json::Value>,
     body: Option<body::Body>,
     task: Option<tasks::TaskRole>,
+    bridge: Option<bridge::Bridged>,
 }
 
 impl Request {
@@ -163,6 +172,7 @@ impl Request {
             id: None,
             body: None,
             task: None,
+            bridge: None,
         }
     }
 }
@@ -187,6 +197,7 @@ async fn request(
             id: None,
             body: body::read_any(session, ctx, budget).await?,
             task: None,
+            bridge: None,
         }),
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
             let mut body = body::read(session, ctx, budget).await?;
@@ -202,13 +213,43 @@ async fn request(
                 ));
             }
             let task = tasks::admit(&verdict, &mut body, &ctx.snapshot, &endpoint.route);
+            let bridged = (endpoint.route.bridge
+                && verdict.era == Era::Legacy
+                && endpoint.kind == EndpointKind::Streamable)
+                .then(|| {
+                    bridge::post(
+                        session.req_header(),
+                        &ctx.snapshot,
+                        &endpoint.route,
+                        &mut body,
+                    )
+                });
             ctx.labels.record(&mut verdict);
-            let task = task.map_err(|e| Rejection::with_id(e, verdict.id.clone()))?;
+            let reject = |e| Rejection::with_id(e, verdict.id.clone());
+            let task = task.map_err(reject)?;
+            let bridge = bridged.transpose().map_err(reject)?;
             Ok(Request {
                 era: Some(verdict.era),
                 id: verdict.id,
                 body: Some(body),
                 task,
+                bridge,
+            })
+        }
+        (EndpointKind::Streamable, &Method::GET | &Method::DELETE) if endpoint.route.bridge => {
+            body::discard(session, ctx, budget).await?;
+            ctx.labels.era = Era::Legacy.label();
+            if method == Method::GET {
+                // No standalone stream through the bridge: clients take 405 as "none".
+                return Err(EdgeError::MethodNotAllowed {
+                    method: method.to_string(),
+                    allow: "POST, DELETE, OPTIONS",
+                }
+                .into());
+            }
+            Ok(Request {
+                bridge: Some(bridge::Bridged::Answer(bridge::delete())),
+                ..Request::bodiless(Some(Era::Legacy))
             })
         }
         (EndpointKind::Streamable, &Method::GET | &Method::DELETE)

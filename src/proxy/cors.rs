@@ -116,7 +116,7 @@ pub async fn answer_preflight(
     let Some(origin) = &ctx.cors else {
         return;
     };
-    ctx.preflight = true;
+    ctx.answered = true;
     crate::metrics::get()
         .cors_preflights
         .with_label_values(&[ctx.labels.route()])

@@ -49,8 +49,8 @@ pub struct Ctx {
     pub tasks: Option<(super::tasks::Scan, super::tasks::Sealed)>,
     /// The origin this request's responses grant (CORS; see [`super::cors`]).
     pub cors: Option<http::HeaderValue>,
-    /// The edge answered the request itself as a CORS preflight.
-    pub preflight: bool,
+    /// The edge answered the request itself (a CORS preflight, a bridged legacy message).
+    pub answered: bool,
 }
 
 impl Ctx {
@@ -71,7 +71,7 @@ impl Ctx {
             sse: false,
             tasks: None,
             cors: None,
-            preflight: false,
+            answered: false,
         }
     }
 
@@ -91,6 +91,8 @@ pub struct Admitted {
     pub legacy: Option<Legacy>,
     /// What a modern request has to do with tasks (see [`super::tasks`]).
     pub task: Option<super::tasks::TaskRole>,
+    /// A bridged legacy request, forwarded as a 2026-07-28 one (see [`super::bridge`]).
+    pub bridge: Option<Box<super::bridge::Forward>>,
 }
 
 /// A legacy request's session state.

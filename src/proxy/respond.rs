@@ -27,6 +27,41 @@ pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) 
     drain_unread_body(session, ctx).await;
 }
 
+/// Write an answer the edge gives itself (a bridged legacy message).
+pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: super::bridge::Answer) {
+    ctx.answered = true;
+    let Ok(mut resp) = answer_head(&answer) else {
+        return;
+    };
+    if let Some(origin) = &ctx.cors {
+        if super::cors::apply(&mut resp, origin).is_err() {
+            return;
+        }
+    }
+    let body = (!answer.body.is_empty()).then_some(answer.body);
+    let end = body.is_none();
+    if session
+        .write_response_header(Box::new(resp), end)
+        .await
+        .is_ok()
+        && !end
+    {
+        let _ = session.write_response_body(body, true).await;
+    }
+}
+
+fn answer_head(answer: &super::bridge::Answer) -> pingora::Result<ResponseHeader> {
+    let mut resp = ResponseHeader::build(answer.status, Some(3))?;
+    if !answer.body.is_empty() {
+        resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    }
+    resp.insert_header(http::header::CONTENT_LENGTH, answer.body.len().to_string())?;
+    if let Some(session) = &answer.session {
+        resp.insert_header(crate::mcp::headers::SESSION_ID, session.as_str())?;
+    }
+    Ok(resp)
+}
+
 /// The most of an unread body the edge reads and drops after an early answer (then closes).
 const DRAIN_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// The longest the edge keeps reading it.

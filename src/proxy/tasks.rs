@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 use super::body::Body;
 use super::ctx::Ctx;
 use crate::error::EdgeError;
-use crate::mcp::headers::NAME;
+use crate::mcp::headers::{self, NAME};
 use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::task_ids::{JsonScan, SseScan};
 use crate::metrics;
@@ -111,14 +111,10 @@ fn refused(reason: &'static str) -> EdgeError {
 }
 
 fn open(sessions: &Sessions, sealed: &str, route: &Route) -> Result<Claims, EdgeError> {
-    let claims = token::open_kind(
-        &sessions.ring,
-        sealed,
-        now_secs(),
-        sessions.max_age_secs,
-        Kind::Task,
-    )
-    .map_err(|e| refused(e.reason()))?;
+    // A task lives as long as its server keeps it (its `ttlSeconds`, maybe unlimited), and
+    // polling echoes the id it was given: the edge sets no age of its own.
+    let claims = token::open_kind(&sessions.ring, sealed, now_secs(), u64::MAX, Kind::Task)
+        .map_err(|e| refused(e.reason()))?;
     if claims.pool != route.pool.name {
         return Err(refused("issued for another pool"));
     }
@@ -141,8 +137,9 @@ fn swap_param(body: &Bytes, id: &str) -> Result<Bytes, EdgeError> {
     let invalid = |detail: &str| EdgeError::InvalidRequest {
         detail: detail.into(),
     };
+    // The body passed the MCP rules, so it is JSON: a failure here is a repeated key.
     let message: Message = serde_json::from_slice(body)
-        .map_err(|_| invalid("params.taskId appears more than once"))?;
+        .map_err(|_| invalid("params or params.taskId appears more than once"))?;
     let raw = message
         .params
         .and_then(|p| p.task_id)
@@ -162,30 +159,19 @@ fn swap_param(body: &Bytes, id: &str) -> Result<Bytes, EdgeError> {
     Ok(out.freeze())
 }
 
-/// Upstream request head for a followed task: the server's id in `Mcp-Name`, and the
+/// Upstream request head of a request that has to do with tasks: no compressed answer
+/// (the scan reads plain JSON); for a followed task, the server's id in `Mcp-Name` and the
 /// body's new length.
-pub fn restore_head(upstream: &mut RequestHeader, followed: &Followed) -> pingora::Result<()> {
-    upstream.insert_header(NAME, encode_name(&followed.upstream_id))?;
+pub fn restore_head(upstream: &mut RequestHeader, role: &TaskRole) -> pingora::Result<()> {
+    upstream.remove_header(&http::header::ACCEPT_ENCODING);
+    let TaskRole::Follow(followed) = role else {
+        return Ok(());
+    };
+    upstream.insert_header(NAME, headers::encode_value(&followed.upstream_id))?;
     if upstream.headers.contains_key(http::header::CONTENT_LENGTH) {
         upstream.insert_header(http::header::CONTENT_LENGTH, followed.body_len.to_string())?;
     }
     Ok(())
-}
-
-/// A name in `Mcp-Name`: as it is when it is plain visible ASCII, else `=?base64?…?=`.
-fn encode_name(name: &str) -> String {
-    let plain = !name.is_empty()
-        && name.bytes().all(|b| (0x21..=0x7e).contains(&b))
-        && !(name.starts_with("=?") && name.ends_with("?="));
-    if plain {
-        name.to_string()
-    } else {
-        use base64::Engine;
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(name)
-        )
-    }
 }
 
 /// The scan over one response's body.
@@ -208,9 +194,11 @@ pub fn watch(ctx: &mut Ctx, content_type: Option<&[u8]>) -> bool {
     if admitted.task.is_none() || ctx.snapshot.sessions.is_none() {
         return false;
     }
+    let starts =
+        |t: &[u8], with: &[u8]| t.len() >= with.len() && t[..with.len()].eq_ignore_ascii_case(with);
     let scan = match content_type {
-        Some(t) if t.starts_with(b"text/event-stream") => Scan::Sse(SseScan::new()),
-        Some(t) if t.starts_with(b"application/json") => Scan::Json(JsonScan::new()),
+        Some(t) if starts(t, b"text/event-stream") => Scan::Sse(SseScan::new()),
+        Some(t) if starts(t, b"application/json") => Scan::Json(JsonScan::new()),
         _ => return false,
     };
     ctx.tasks = Some((scan, Sealed::default()));
@@ -239,7 +227,9 @@ pub fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
             return Some(id.clone());
         }
         match seal(sessions, pool, &member.label, upstream_id) {
-            Ok(id) => {
+            // Too long for a token: passed through as it is (its requests go round-robin).
+            Ok(None) => None,
+            Ok(Some(id)) => {
                 // A response names a handful of tasks; keep the list short regardless.
                 if sealed.0.len() < 16 {
                     sealed.0.push((upstream_id.to_string(), id.clone()));
@@ -288,7 +278,7 @@ fn seal(
     pool: &str,
     member: &str,
     upstream_id: &str,
-) -> Result<String, EdgeError> {
+) -> Result<Option<String>, EdgeError> {
     let claims = Claims {
         pool: pool.to_string(),
         member: member.to_string(),
@@ -300,8 +290,11 @@ fn seal(
         token::seal_kind(&sessions.ring, &claims, Kind::Task).map_err(|e| EdgeError::Internal {
             detail: format!("sealing a task id: {e}"),
         })?;
+    if t.len() > token::MAX_TOKEN_CHARS {
+        return Ok(None);
+    }
     metrics::get().task_id("sealed");
-    Ok(format!("{PREFIX}{t}"))
+    Ok(Some(format!("{PREFIX}{t}")))
 }
 
 #[cfg(test)]
@@ -320,16 +313,5 @@ mod tests {
         );
         let twice = Bytes::from_static(br#"{"params":{"taskId":"a","taskId":"b"}}"#);
         assert!(swap_param(&twice, "c").is_err());
-    }
-
-    #[test]
-    fn names_that_need_it_are_encoded() {
-        assert_eq!(encode_name("786512e2-9e0d"), "786512e2-9e0d");
-        assert_eq!(encode_name("tâche"), "=?base64?dMOiY2hl?=");
-        assert_eq!(encode_name("a b"), "=?base64?YSBi?=");
-        assert_eq!(
-            encode_name("=?base64?eA==?="),
-            "=?base64?PT9iYXNlNjQ/ZUE9PT89?="
-        );
     }
 }

@@ -120,6 +120,18 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
         e.set_retry(false);
         return e;
     }
+    if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
+        // The task lives only there: transient trouble, the client polls again.
+        e.set_cause(EdgeError::ConnectFailed {
+            detail: format!(
+                "the task's member {}: {}",
+                followed.member.label,
+                e.etype().as_str()
+            ),
+        });
+        e.set_retry(false);
+        return e;
+    }
     log::warn!(
         "upstream {} failed to connect: {}; trying another member",
         peer._address,

@@ -3,6 +3,7 @@
 //! speaks). [`crate::maintenance`] schedules them.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use std::sync::LazyLock;
 
@@ -12,7 +13,7 @@ use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
 use serde_json::Value;
 
-use super::{CheckKind, Member, Pool};
+use super::{CheckKind, Member, Pool, Speaks};
 use crate::metrics;
 
 /// Re-resolve a DNS-discovered pool; a failed or empty answer keeps the current members.
@@ -96,52 +97,62 @@ const INITIALIZE_ID: &str = "mcp-edge-legacy-probe";
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":"mcp-edge-legacy-probe","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge-health","version":"1"}}}"#;
 
 /// One active check: a connection as a request would make it (a TLS handshake included for
-/// an HTTPS pool), then for `mcp` a `server/discover` POST: any answer below 500 is healthy,
-/// and a `DiscoverResult` tells which modern revisions the member speaks.
+/// an HTTPS pool), then for `mcp` a `server/discover` POST. The status decides health (any
+/// answer below 500 is healthy); reading a `DiscoverResult` from the body, to learn which
+/// modern revisions the member speaks, is best effort with its own deadline.
 pub async fn probe(pool: &Pool, member: &Member) -> bool {
-    let attempt = async {
-        let CheckKind::Mcp { path } = &pool.health.check else {
-            return connect(pool, member).await.map(|_| true);
-        };
-        let headers = [
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "server/discover"),
-        ];
-        let answer = ask(pool, member, "POST", path, DISCOVER, &headers, DISCOVER_ID).await?;
-        if let Some(reply) = &answer.reply {
-            learn_modern(pool, member, reply);
-        }
-        Some(answer.status < 500)
+    let t = pool.health.timeout;
+    let CheckKind::Mcp { path } = &pool.health.check else {
+        return matches!(
+            tokio::time::timeout(t, connect(pool, member)).await,
+            Ok(Some(_))
+        );
     };
-    matches!(
-        tokio::time::timeout(pool.health.timeout, attempt).await,
-        Ok(Some(true))
-    )
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let asked = exchange(pool, member, "POST", path, DISCOVER, &headers);
+    let Ok(Some(mut answer)) = tokio::time::timeout(t, asked).await else {
+        return false;
+    };
+    if let Ok(reply) = tokio::time::timeout(t, answer.reply(DISCOVER_ID)).await {
+        learn_modern(pool, member, reply.as_ref());
+    }
+    answer.status < 500
 }
 
 /// Record the modern revisions a `server/discover` reply names: a `DiscoverResult`'s
-/// `supportedVersions`, or a -32022's `data.supported`.
-fn learn_modern(pool: &Pool, member: &Member, reply: &Value) {
-    let result = reply.get("result");
+/// `supportedVersions`, or a -32022's `data.supported`. A reply naming none (or none at all)
+/// leaves it unknown.
+fn learn_modern(pool: &Pool, member: &Member, reply: Option<&Value>) {
+    let result = reply.and_then(|r| r.get("result"));
     let listed = result
         .and_then(|r| r.get("supportedVersions"))
-        .or_else(|| unsupported_list(reply));
-    let Some(modern) = listed.and_then(strings) else {
-        return;
-    };
-    let modern: Vec<String> = modern
-        .into_iter()
-        .filter(|v| !crate::mcp::is_legacy_version(v))
-        .collect();
+        .or_else(|| reply.and_then(unsupported_list));
+    let modern: Option<Vec<String>> = listed.and_then(strings).map(|list| {
+        list.into_iter()
+            .filter(|v| is_revision(v) && !crate::mcp::is_legacy_version(v))
+            .take(MAX_REVISIONS)
+            .collect()
+    });
     let identity = result
         .and_then(|r| r.pointer("/_meta/io.modelcontextprotocol~1serverInfo"))
         .map(|info| {
-            let field = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("");
+            let field = |k: &str| {
+                let v = info.get(k).and_then(Value::as_str).unwrap_or("");
+                v.chars().take(64).collect::<String>()
+            };
             format!("{} {}", field("name"), field("version"))
         });
     let Ok(mut speaks) = member.speaks.lock() else {
         return;
     };
+    if let Some(result) = result.filter(|r| r.get("supportedVersions").is_some()) {
+        if speaks.discover.as_deref() != Some(result) {
+            speaks.discover = Some(Arc::new(result.clone()));
+        }
+    }
     if identity.is_some() && speaks.identity != identity {
         if speaks.identity.is_some() {
             log::info!(
@@ -153,59 +164,78 @@ fn learn_modern(pool: &Pool, member: &Member, reply: &Value) {
         }
         speaks.identity = identity;
         speaks.legacy = None;
-        speaks.asked_legacy = false;
+        speaks.legacy_attempts = 0;
     }
-    speaks.modern = Some(modern);
+    speaks.modern = modern;
+}
+
+/// Revisions kept from one answer (a member cannot make the edge hold or log more).
+const MAX_REVISIONS: usize = 16;
+
+fn is_revision(v: &str) -> bool {
+    v.len() == 10
+        && v.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
 }
 
 /// Once per server identity: does the member accept a legacy `initialize`? A modern-only
-/// server answers -32022. A session the probe opened is deleted at once. An answer that
-/// says neither leaves it unknown, and is not asked again until the server changes.
+/// server answers -32022. A session the probe opened is deleted at once, whatever came with
+/// it. An answer that says neither leaves it unknown; no answer at all is asked again, at
+/// most [`Speaks::LEGACY_ATTEMPTS`] times, until the server changes.
 async fn learn_legacy(pool: &Pool, member: &Member) {
     let CheckKind::Mcp { path } = &pool.health.check else {
         return;
     };
     match member.speaks.lock() {
-        Ok(mut speaks) if !speaks.asked_legacy => speaks.asked_legacy = true,
+        Ok(mut speaks)
+            if speaks.legacy.is_none() && speaks.legacy_attempts < Speaks::LEGACY_ATTEMPTS =>
+        {
+            speaks.legacy_attempts += 1;
+        }
         _ => return,
     }
-    // `None`: no answer at all (asked again next round); `Some(None)`: an answer that
-    // says neither.
-    let attempt = async {
-        let answer = ask(pool, member, "POST", path, INITIALIZE, &[], INITIALIZE_ID).await?;
-        let Some(reply) = answer.reply else {
-            return Some(None);
-        };
-        let legacy = if let Some(result) = reply.get("result") {
-            if let Some(session) = &answer.session {
-                let version = result
-                    .get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("2025-11-25");
-                let headers = [
-                    ("mcp-session-id", session.as_str()),
-                    ("mcp-protocol-version", version),
-                ];
-                // Best effort: a server without DELETE keeps the session until it expires.
-                let _ = ask(pool, member, "DELETE", path, "", &headers, "").await;
-            }
-            Some(true)
-        } else {
-            unsupported_list(&reply)
-                .and_then(strings)
-                .map(|list| list.iter().any(|v| crate::mcp::is_legacy_version(v)))
-        };
-        Some(legacy)
+    let t = pool.health.timeout;
+    let asked = exchange(pool, member, "POST", path, INITIALIZE, &[]);
+    let Ok(Some(mut answer)) = tokio::time::timeout(t, asked).await else {
+        return;
     };
-    let verdict = tokio::time::timeout(pool.health.timeout, attempt)
+    let reply = tokio::time::timeout(t, answer.reply(INITIALIZE_ID))
         .await
         .ok()
         .flatten();
+    if let Some(session) = answer.session.take() {
+        let version = reply
+            .as_ref()
+            .and_then(|r| r.pointer("/result/protocolVersion"))
+            .and_then(Value::as_str)
+            .unwrap_or("2025-11-25")
+            .to_string();
+        let headers = [
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", version.as_str()),
+        ];
+        // Best effort: a server without DELETE keeps the session until it expires.
+        let _ = tokio::time::timeout(t, exchange(pool, member, "DELETE", path, "", &headers)).await;
+    }
+    let Some(reply) = reply else {
+        return;
+    };
+    let legacy = if reply.get("result").is_some() {
+        Some(true)
+    } else {
+        unsupported_list(&reply)
+            .and_then(strings)
+            .map(|list| list.iter().any(|v| crate::mcp::is_legacy_version(v)))
+    };
     if let Ok(mut speaks) = member.speaks.lock() {
-        match verdict {
-            Some(legacy) => speaks.legacy = legacy,
-            None => speaks.asked_legacy = false,
-        }
+        speaks.legacy = legacy;
+        // An answer came: whatever it said, the question is settled for this server.
+        speaks.legacy_attempts = Speaks::LEGACY_ATTEMPTS;
     }
 }
 
@@ -241,26 +271,48 @@ async fn connect(pool: &Pool, member: &Member) -> Option<Stream> {
     }
 }
 
-/// What a member answered a check.
+/// A member's answer to a check, its head read.
 struct Answer {
+    http: HttpSession,
     status: u16,
     /// The `Mcp-Session-Id` it issued, if any.
     session: Option<String>,
-    /// The JSON-RPC reply with the check's id, from a JSON or an SSE body.
-    reply: Option<Value>,
+    sse: bool,
 }
 
-/// One HTTP/1.1 exchange on a fresh connection; reads at most [`MAX_ANSWER`] of the body,
-/// and stops as soon as the reply with `id` is complete (an SSE answer may stay open).
-#[allow(clippy::too_many_arguments)]
-async fn ask(
+impl Answer {
+    /// The JSON-RPC reply with `id`, from a JSON or an SSE body: at most [`MAX_ANSWER`] is
+    /// read, and reading stops once the reply is complete (an SSE answer may stay open).
+    async fn reply(&mut self, id: &str) -> Option<Value> {
+        let mut read = Vec::new();
+        while read.len() < MAX_ANSWER {
+            match self.http.read_body_ref().await {
+                Ok(Some(chunk)) => read.extend_from_slice(chunk),
+                _ => break,
+            }
+            if self.sse {
+                if let Some(reply) = sse_reply(&read, id) {
+                    return Some(reply);
+                }
+            }
+        }
+        if self.sse {
+            return sse_reply(&read, id);
+        }
+        serde_json::from_slice::<Value>(&read)
+            .ok()
+            .filter(|v| v.get("id").and_then(Value::as_str) == Some(id))
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection; the answer's head.
+async fn exchange(
     pool: &Pool,
     member: &Member,
     method: &str,
     path: &str,
     body: &str,
     headers: &[(&str, &str)],
-    id: &str,
 ) -> Option<Answer> {
     let host = pool.host.clone().unwrap_or_else(|| match &pool.tls {
         Some(tls) => tls.sni.clone().unwrap_or_else(|| member.addr.to_string()),
@@ -292,35 +344,21 @@ async fn ask(
             .map(str::to_owned)
     };
     let session = text("mcp-session-id");
-    let sse = text("content-type").is_some_and(|t| t.starts_with("text/event-stream"));
-    let mut read = Vec::new();
-    let mut reply = None;
-    while !id.is_empty() && read.len() < MAX_ANSWER {
-        match http.read_body_ref().await {
-            Ok(Some(chunk)) => read.extend_from_slice(chunk),
-            _ => break,
-        }
-        reply = if sse {
-            sse_reply(&read, id)
-        } else {
-            serde_json::from_slice::<Value>(&read)
-                .ok()
-                .filter(|v| v.get("id").and_then(Value::as_str) == Some(id))
-        };
-        if reply.is_some() {
-            break;
-        }
-    }
+    let sse = text("content-type")
+        .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
     Some(Answer {
+        http,
         status,
         session,
-        reply,
+        sse,
     })
 }
 
 /// The JSON-RPC message with `id` among the complete events of an SSE body.
 fn sse_reply(body: &[u8], id: &str) -> Option<Value> {
-    let text = String::from_utf8_lossy(body).replace("\r\n", "\n");
+    let text = String::from_utf8_lossy(body)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n");
     // The last piece may be an incomplete event.
     let mut events: Vec<&str> = text.split("\n\n").collect();
     events.pop();
@@ -348,6 +386,16 @@ mod tests {
         assert!(sse_reply(body, "y").is_none());
         // The same event without its blank line is not complete yet.
         assert!(sse_reply(&body[..body.len() - 1], "x").is_none());
+    }
+
+    #[test]
+    fn bare_cr_line_ends_count_and_only_revisions_are_kept() {
+        let body = b"data: {\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{}}\r\r";
+        assert!(sse_reply(body, "x").is_some());
+        assert!(is_revision("2026-07-28"));
+        for not in ["2026-7-28", "latest", "2026-07-28\n", "２０２６-07-28"] {
+            assert!(!is_revision(not), "{not}");
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@ use super::KeyRing;
 pub enum Kind {
     Session = 1,
     Task = 2,
+    /// A bridged legacy session: what the client declared at `initialize`.
+    Bridge = 3,
 }
 const HEADER_LEN: usize = 2 + NONCE_LEN;
 const TAG_LEN: usize = 16;

@@ -1,0 +1,241 @@
+//! Era bridging: official legacy (2025) clients reach a pool of 2026-07-28-only TypeScript
+//! SDK servers through two edge replicas behind a per-request round-robin balancer. Without
+//! the bridge none of them can connect (the servers answer `initialize` with -32022).
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::balancer::Balancer;
+use common::peers::{py_client, ts_client, ts_server, Peer};
+use common::*;
+use serde_json::{json, Value};
+
+fn bridged_route(members: &[&Peer], bridge: bool) -> String {
+    let addrs: Vec<_> = members.iter().map(|p| p.addr).collect();
+    pool_with_health(
+        &addrs,
+        "check = \"mcp\"\ninterval_ms = 500",
+        &format!("bridge_legacy = {bridge}"),
+    )
+}
+
+/// Wait until the edge has a member's server/discover to answer `initialize` from.
+async fn wait_learned(edge: &Edge) {
+    let series = format!(
+        "mcp_edge_pool_revisions{{pool=\"{}\",revision=\"2026-07-28\"}} 1",
+        edge.pool
+    );
+    wait_until(
+        PATIENCE,
+        "the pool's server/discover was learned",
+        async || scrape(edge).await.contains(&series),
+    )
+    .await;
+}
+
+/// The legacy clients' script ran whole: tools listed, a tool with progress over SSE, a
+/// resource read and a prompt got, from one of the pool's servers.
+fn assert_bridged(what: &str, out: &Value, pool: &[&Peer]) {
+    assert_eq!(out["ok"], true, "{what}: {out}");
+    assert_eq!(out["era"], "legacy", "{what}: {out}");
+    let tools: Vec<&str> = out["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        tools.contains(&"echo") && tools.contains(&"slow"),
+        "{what}: {out}"
+    );
+    let instances: Vec<&str> = pool.iter().map(|p| p.instance.as_str()).collect();
+    let echo = out["echo"].as_str().unwrap_or_default();
+    assert!(
+        instances.iter().any(|i| echo == format!("{i}:hi")),
+        "{what}: echo {echo}"
+    );
+    assert_eq!(out["progress"], 3, "{what}: progress over SSE: {out}");
+    assert!(
+        instances.contains(&out["resource"].as_str().unwrap_or_default()),
+        "{what}: resource {out}"
+    );
+    assert!(
+        out["prompt"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Hello edge from "),
+        "{what}: prompt {out}"
+    );
+}
+
+fn legacy_clients(url: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        ("ts v1", ts_client(url, &["--sdk", "v1"])),
+        ("ts v2 pinned legacy", ts_client(url, &["--mode", "legacy"])),
+        ("py legacy", py_client(url, &["--mode", "legacy"])),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_clients_reach_modern_only_servers_through_two_replicas() {
+    let (a, b) = (ts_server("modern", "a"), ts_server("modern", "b"));
+    let config = bridged_route(&[&a, &b], true);
+    let one = start_edge(&config);
+    let two = start_replica(&one, &config);
+    wait_learned(&one).await;
+    wait_learned(&two).await;
+    let lb = Balancer::start(vec![
+        SocketAddr::from(([127, 0, 0, 1], one.port)),
+        SocketAddr::from(([127, 0, 0, 1], two.port)),
+    ])
+    .await;
+    let url = format!("http://{}/mcp", lb.addr);
+    let modern_url = url.clone();
+    let runs = tokio::task::spawn_blocking(move || {
+        let mut runs = legacy_clients(&url);
+        // A modern client on the same route is not bridged.
+        runs.push(("ts auto", ts_client(&modern_url, &["--mode", "auto"])));
+        runs
+    })
+    .await
+    .unwrap();
+    for (what, out) in &runs {
+        if *what == "ts auto" {
+            assert_eq!(out["ok"], true, "{what}: {out}");
+            assert_eq!(out["era"], "modern", "{what}: {out}");
+            continue;
+        }
+        assert_bridged(what, out, &[&a, &b]);
+    }
+    assert!(
+        lb.count(0) > 0 && lb.count(1) > 0,
+        "both replicas served: {} / {}",
+        lb.count(0),
+        lb.count(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_bridge_legacy_clients_are_told_no() {
+    let a = ts_server("modern", "n1");
+    let edge = start_edge(&bridged_route(&[&a], false));
+    wait_learned(&edge).await;
+    let url = edge.url();
+    let runs = tokio::task::spawn_blocking(move || legacy_clients(&url))
+        .await
+        .unwrap();
+    for (what, out) in runs {
+        assert_eq!(out["ok"], false, "{what}: {out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_answers_what_a_modern_server_cannot() {
+    let a = ts_server("modern", "e1");
+    let edge = start_edge(&bridged_route(&[&a], true));
+    wait_learned(&edge).await;
+    let c = client();
+    let post = |body: Value, session: Option<&str>| {
+        let mut rb = c
+            .post(edge.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(s) = session {
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        rb.body(body.to_string()).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let r = post(init, None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .expect("a session id");
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-06-18",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "ts-peer-e1",
+        "{answer}"
+    );
+    assert!(
+        answer["result"]["capabilities"]["tools"].is_object(),
+        "{answer}"
+    );
+    let before = a.requests();
+
+    let r = post(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+    for method in ["ping", "logging/setLevel"] {
+        let r = post(
+            json!({"jsonrpc": "2.0", "id": 5, "method": method, "params": {"level": "info"}}),
+            Some(&session),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{method}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+            "{method}"
+        );
+    }
+    let r = c
+        .get(edge.url())
+        .header("mcp-session-id", &session)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let r = c
+        .delete(edge.url())
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(a.requests(), before, "none of these reached the server");
+
+    // A method the server does not know: its error, with 200 as legacy servers answer.
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 6, "method": "nothing/here", "params": {}}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32601, "{v}");
+    assert_eq!(a.requests(), before + 1);
+
+    // A session id that is not the edge's, or none: the client is told to start again.
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+        Some("forged"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+}
