@@ -238,8 +238,12 @@ impl ProxyHttp for Edge {
             .headers
             .get(http::header::CONTENT_ENCODING)
             .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        if !encoded && tasks::watch(ctx, content_type) {
-            // Task ids change length; let Pingora re-frame the body.
+        let watching = !encoded && tasks::watch(ctx, content_type);
+        if !encoded && admitted(ctx)?.bridge.is_some() {
+            ctx.convert = bridge::Convert::new(content_type);
+        }
+        if watching || ctx.convert.is_some() {
+            // Task ids and converted answers change length; let Pingora re-frame the body.
             resp.remove_header(&http::header::CONTENT_LENGTH);
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
@@ -260,6 +264,17 @@ impl ProxyHttp for Edge {
     ) -> Result<Option<std::time::Duration>> {
         if ctx.tasks.is_some() {
             tasks::rewrite_chunk(body, end, ctx)?;
+        }
+        if let Some(convert) = ctx.convert.as_mut() {
+            let mut out = match body.take() {
+                Some(chunk) => convert.feed(&chunk).to_vec(),
+                None => Vec::new(),
+            };
+            if end {
+                out.extend_from_slice(&convert.finish());
+            }
+            // An empty chunk holds back a partial event; `None` would mean end of body.
+            *body = Some(Bytes::from(out));
         }
         if ctx.rewriter.as_ref().is_none_or(|r| r.is_done() && !end) {
             return Ok(None);

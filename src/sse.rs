@@ -63,7 +63,7 @@ impl EndpointRewriter {
 /// Index just past the blank line ending the first complete event, if any. Lines end in
 /// CRLF, LF or CR; a CR at the very end of the buffer may be the first half of a CRLF, so it
 /// does not end a line yet.
-fn event_end(buf: &[u8]) -> Option<usize> {
+pub fn event_end(buf: &[u8]) -> Option<usize> {
     let mut i = 0;
     let mut line_start = 0;
     while i < buf.len() {

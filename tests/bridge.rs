@@ -223,6 +223,36 @@ async fn the_edge_answers_what_a_modern_server_cannot() {
     assert_eq!(v["error"]["code"], -32601, "{v}");
     assert_eq!(a.requests(), before + 1);
 
+    // Answers in the legacy shape: no 2026-07-28-only fields.
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert!(v["result"]["tools"].is_array(), "{v}");
+    assert!(v["result"].get("resultType").is_none(), "{v}");
+    assert!(v["result"].get("ttlMs").is_none(), "{v}");
+    // A tool that needs the client's input (MRTR elicitation) cannot be bridged: the
+    // client gets an error it can read, never a result without content.
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "confirm", "arguments": {}}}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let v: Value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map_or_else(|| serde_json::from_str(&text), serde_json::from_str)
+        .unwrap();
+    assert_eq!(v["id"], 10, "{v}");
+    assert!(v["error"]["message"].as_str().is_some(), "{v}");
+    assert!(v.get("result").is_none(), "{v}");
+
     // A session id that is not the edge's, or none: the client is told to start again.
     let r = post(
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),

@@ -371,6 +371,8 @@ fn modern_body(mut message: Map<String, Value>, declared: &Declared) -> Result<B
 /// Upstream request head of a bridged request: the 2026-07-28 headers, no session.
 pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora::Result<()> {
     upstream.remove_header(SESSION_ID);
+    // The answer is converted: plain bytes, please.
+    upstream.remove_header(&http::header::ACCEPT_ENCODING);
     upstream.insert_header(headers::PROTOCOL_VERSION, MODERN_VERSION)?;
     upstream.insert_header(headers::METHOD, forward.method.as_str())?;
     match &forward.name {
@@ -399,6 +401,128 @@ pub fn legacy_status(resp: &mut pingora::http::ResponseHeader) -> pingora::Resul
     Ok(())
 }
 
+/// The answer to a bridged request, in the client's revision: a result's 2026-07-28-only
+/// fields (`resultType`, `ttlMs`, `cacheScope`) are dropped, and an `input_required` result
+/// (the server asks the client for input, which cannot be bridged) becomes an error the
+/// client can read. JSON bodies and the events of a stream are converted whole, up to
+/// [`MAX_CONVERTED`]; past that the rest of the answer passes as it is (such a body is no
+/// `input_required` result, and clients let the extra fields through).
+#[derive(Debug)]
+pub struct Convert {
+    sse: bool,
+    held: Vec<u8>,
+    /// Given up converting: everything passes.
+    passing: bool,
+}
+
+/// The most of one body or event held for conversion.
+pub const MAX_CONVERTED: usize = 64 * 1024;
+
+impl Convert {
+    /// For an answer of this content type (JSON or an event stream), if any.
+    pub fn new(content_type: Option<&[u8]>) -> Option<Convert> {
+        let starts = |t: &[u8], with: &[u8]| {
+            t.len() >= with.len() && t[..with.len()].eq_ignore_ascii_case(with)
+        };
+        let sse = match content_type {
+            Some(t) if starts(t, b"text/event-stream") => true,
+            Some(t) if starts(t, b"application/json") => false,
+            _ => return None,
+        };
+        Some(Convert {
+            sse,
+            held: Vec::new(),
+            passing: false,
+        })
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
+        if self.passing {
+            return Bytes::copy_from_slice(chunk);
+        }
+        self.held.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        if self.sse {
+            while let Some(end) = crate::sse::event_end(&self.held) {
+                let event: Vec<u8> = self.held.drain(..end).collect();
+                out.extend_from_slice(&convert_event(&event));
+            }
+        }
+        if self.held.len() > MAX_CONVERTED {
+            self.passing = true;
+            out.append(&mut self.held);
+        }
+        Bytes::from(out)
+    }
+
+    pub fn finish(&mut self) -> Bytes {
+        let held = std::mem::take(&mut self.held);
+        if self.passing || self.sse {
+            return Bytes::from(held);
+        }
+        match serde_json::from_slice::<Value>(&held)
+            .ok()
+            .and_then(convert_message)
+        {
+            Some(converted) => Bytes::from(converted.to_string()),
+            None => Bytes::from(held),
+        }
+    }
+}
+
+/// One event with its data converted (as one `data:` line), or as it came.
+fn convert_event(event: &[u8]) -> Vec<u8> {
+    let Ok(text) = std::str::from_utf8(event) else {
+        return event.to_vec();
+    };
+    let lines: Vec<&str> = text.split_inclusive(['\n', '\r']).collect();
+    let data: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| {
+            d.strip_prefix(' ')
+                .unwrap_or(d)
+                .trim_end_matches(['\r', '\n'])
+        })
+        .collect();
+    let Some(converted) = serde_json::from_str::<Value>(&data.join("\n"))
+        .ok()
+        .and_then(convert_message)
+    else {
+        return event.to_vec();
+    };
+    let mut out = String::with_capacity(event.len());
+    let mut written = false;
+    for line in lines {
+        if line.starts_with("data:") {
+            if !written {
+                out.push_str(&format!("data: {converted}\n"));
+                written = true;
+            }
+        } else {
+            out.push_str(line);
+        }
+    }
+    out.into_bytes()
+}
+
+/// The message in the client's revision, or `None` when it needs no change.
+fn convert_message(mut message: Value) -> Option<Value> {
+    let result = message.get_mut("result")?.as_object_mut()?;
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32603,
+            "message": "The server asked for input from the client (elicitation, sampling or roots), which cannot be bridged to this client's protocol revision"
+        }}));
+    }
+    let mut changed = false;
+    for field in ["resultType", "ttlMs", "cacheScope"] {
+        changed |= result.remove(field).is_some();
+    }
+    changed.then_some(message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +539,35 @@ mod tests {
             bridged_server_capabilities(Some(&server)),
             json!({"tools": {}, "resources": {}, "logging": {}})
         );
+    }
+
+    #[test]
+    fn answers_come_back_in_the_legacy_shape() {
+        let mut c = Convert::new(Some(b"text/event-stream")).unwrap();
+        let stream = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"resultType\":\"complete\",\"ttlMs\":0}}\n\n";
+        let mut out = Vec::new();
+        for chunk in stream.as_bytes().chunks(7) {
+            out.extend_from_slice(&c.feed(chunk));
+        }
+        out.extend_from_slice(&c.finish());
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\n"), "{out}");
+        assert!(out.ends_with("event: message\ndata: {\"id\":3,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[]}}\n\n"), "{out}");
+
+        let mut c = Convert::new(Some(b"Application/JSON")).unwrap();
+        let asked = br#"{"jsonrpc":"2.0","id":"x","result":{"resultType":"input_required","inputRequests":{}}}"#;
+        let mut out = c.feed(asked).to_vec();
+        out.extend_from_slice(&c.finish());
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], "x");
+        assert_eq!(v["error"]["code"], -32603);
+        // An answer needing no change keeps its bytes.
+        let mut c = Convert::new(Some(b"application/json")).unwrap();
+        let plain = br#"{"jsonrpc":"2.0", "id":1,"result":{"content":[]}}"#;
+        let mut out = c.feed(plain).to_vec();
+        out.extend_from_slice(&c.finish());
+        assert_eq!(out, plain);
+        assert!(Convert::new(Some(b"text/plain")).is_none());
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Ctx {
     pub answered_continue: bool,
     /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
     pub sse: bool,
+    /// A bridged answer's conversion to the client's revision (see [`super::bridge`]).
+    pub convert: Option<super::bridge::Convert>,
     /// The scan swapping task ids in the response (see [`super::tasks`]).
     pub tasks: Option<(super::tasks::Scan, super::tasks::Sealed)>,
     /// The origin this request's responses grant (CORS; see [`super::cors`]).
@@ -70,6 +72,7 @@ impl Ctx {
             answered_continue: false,
             sse: false,
             tasks: None,
+            convert: None,
             cors: None,
             answered: false,
         }
