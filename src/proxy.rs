@@ -205,10 +205,11 @@ impl ProxyHttp for Edge {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        legacy::seal_session_header(resp, ctx)?;
         if admitted(ctx)?.bridge.is_some() {
-            bridge::legacy_status(resp)?;
+            // A bridged client's session is the edge's, never a member's.
+            resp.remove_header(crate::mcp::headers::SESSION_ID);
         }
+        legacy::seal_session_header(resp, ctx)?;
         match &ctx.cors {
             Some(origin) => cors::apply(resp, origin)?,
             None if admitted(ctx)?.route.origins.grants_any() => cors::vary_only(resp)?,
@@ -238,13 +239,13 @@ impl ProxyHttp for Edge {
             .headers
             .get(http::header::CONTENT_ENCODING)
             .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        let watching = !encoded && tasks::watch(ctx, content_type);
-        if !encoded && admitted(ctx)?.bridge.is_some() {
-            ctx.convert = bridge::Convert::new(content_type);
-        }
-        if watching || ctx.convert.is_some() {
-            // Task ids and converted answers change length; let Pingora re-frame the body.
+        if !encoded && tasks::watch(ctx, content_type) {
+            // Task ids change length; let Pingora re-frame the body.
             resp.remove_header(&http::header::CONTENT_LENGTH);
+        }
+        if let Some(forward) = &admitted(ctx)?.bridge {
+            // After the metrics: they count the member's own status.
+            ctx.convert = bridge::answer_head(resp, forward)?;
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {

@@ -67,8 +67,6 @@ pub struct Speaks {
     /// Times the legacy question was asked of this identity without an answer that settles
     /// it (asked at most [`Speaks::LEGACY_ATTEMPTS`] times).
     pub legacy_attempts: u8,
-    /// Its last `DiscoverResult` (what a bridged `initialize` is answered from).
-    pub discover: Option<Arc<serde_json::Value>>,
 }
 
 impl Speaks {
@@ -85,8 +83,6 @@ pub struct Spoken {
     /// `Some(false)` when every member asked refused a legacy `initialize`, `Some(true)`
     /// when every one accepted it; members that disagree leave it unknown.
     pub legacy: Option<bool>,
-    /// A healthy member's last `DiscoverResult`.
-    pub discover: Option<Arc<serde_json::Value>>,
 }
 
 impl Spoken {
@@ -100,9 +96,6 @@ impl Spoken {
                     None => modern.clone(),
                     Some(all) => all.into_iter().filter(|v| modern.contains(v)).collect(),
                 });
-            }
-            if spoken.discover.is_none() {
-                spoken.discover = m.discover.clone();
             }
             match m.legacy {
                 Some(true) => legacy_votes.0 += 1,

@@ -269,3 +269,30 @@ async fn the_edge_answers_what_a_modern_server_cannot() {
     .unwrap();
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_reaches_a_member_so_its_authorization_applies() {
+    use common::mock::{Behavior, Mock};
+    let denied = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Unauthorized"}}"#;
+    let member = Mock::start(Behavior::Status(401, denied.to_string())).await;
+    let edge = start_edge(&pool_and_route(&[member.addr], "bridge_legacy = true"));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let r = client()
+        .post(edge.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", "Bearer expired")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("mcp-session-id").is_none());
+    assert_eq!(r.text().await.unwrap(), denied);
+    // The member saw a server/discover with the client's credential.
+    let head = member.last().unwrap().head.to_ascii_lowercase();
+    assert!(head.contains("mcp-method: server/discover"), "{head}");
+    assert!(head.contains("authorization: bearer expired"), "{head}");
+}

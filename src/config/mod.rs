@@ -385,16 +385,19 @@ fn routes(
             errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));
             continue;
         };
-        let mut versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
-        versions.bridged = r.bridge_legacy;
         if r.bridge_legacy {
             if !configured_legacy {
                 errs.push(format!("routes[{i}].bridge_legacy: the route's versions list no legacy revision to bridge"));
             }
-            if !matches!(pool.health.check, crate::routing::CheckKind::Mcp { .. }) {
-                errs.push(format!("routes[{i}].bridge_legacy: the pool '{}' needs [pools.health] check = \"mcp\" (the edge answers initialize from its members' server/discover)", r.pool));
+            if !accepted.iter().any(|v| v == crate::mcp::MODERN_VERSION) {
+                errs.push(format!("routes[{i}].bridge_legacy: the route's versions must list {} (bridged requests are sent as such)", crate::mcp::MODERN_VERSION));
+            }
+            if r.sse_path.is_some() {
+                errs.push(format!("routes[{i}].bridge_legacy: HTTP+SSE (sse_path) cannot be bridged; serve it from a route without bridge_legacy"));
             }
         }
+        let mut versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
+        versions.bridged = r.bridge_legacy;
         let route = Arc::new(Route {
             name: format!("{}{}", r.prefix, r.path),
             prefix: r.prefix.clone(),

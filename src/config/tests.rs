@@ -122,7 +122,7 @@ fn versions_may_be_auto() {
 }
 
 #[test]
-fn a_bridge_needs_legacy_versions_and_mcp_checks() {
+fn a_bridge_needs_legacy_versions_and_no_http_sse() {
     set_keys();
     let text = MINIMAL.replace(
         "pool = \"main\"",
@@ -133,8 +133,13 @@ fn a_bridge_needs_legacy_versions_and_mcp_checks() {
         all.contains("routes[0].bridge_legacy: the route's versions list no legacy"),
         "{all}"
     );
+    let sse = MINIMAL.replace(
+        "pool = \"main\"",
+        "pool = \"main\"\nsse_path = \"/sse\"\nmessages_path = \"/messages\"\nbridge_legacy = true",
+    );
+    let all = Config::parse(&sse).unwrap_err().join("\n");
     assert!(
-        all.contains("needs [pools.health] check = \"mcp\""),
+        all.contains("HTTP+SSE (sse_path) cannot be bridged"),
         "{all}"
     );
 }

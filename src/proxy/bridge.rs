@@ -1,26 +1,32 @@
 //! Era bridging (`bridge_legacy = true`): legacy (2025) Streamable HTTP clients served by
 //! 2026-07-28 members, which know no `initialize` and no sessions.
 //!
-//! - `initialize` is answered by the edge from the pool's `server/discover` (capabilities,
-//!   `serverInfo`, instructions). The session id it hands out is a sealed token (kind
-//!   `Bridge`) carrying what the client declared: its revision, capabilities and
-//!   `clientInfo`. Any replica opens it; nothing is stored.
+//! - `initialize` goes to a member as a `server/discover` (with the client's own headers, so
+//!   a member that wants a credential says so), and its `DiscoverResult` comes back as the
+//!   `InitializeResult` (capabilities, `serverInfo`, instructions). The session id the edge
+//!   adds is a sealed token (kind `Bridge`) carrying what the client declared: its revision,
+//!   capabilities and `clientInfo`. Any replica opens it; nothing is stored.
 //! - Every later request becomes a stateless 2026-07-28 request: the `_meta` envelope
-//!   (revision, capabilities, `clientInfo`) goes into its params, the `MCP-Protocol-Version`,
-//!   `Mcp-Method` and `Mcp-Name` headers are set, and it goes to any member.
+//!   (revision, capabilities, `clientInfo`) is written into its params, every other byte as
+//!   sent; the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers are set; it goes
+//!   to any member.
 //! - `ping`, `logging/setLevel`, notifications, posted responses, `DELETE` are answered by the
 //!   edge; `GET` (the standalone stream) gets 405, which clients take as "no stream".
-//! - Answers pass through; a JSON-RPC error a member answers with 400 or 404 reaches the
-//!   client with 200, as legacy servers answer errors.
+//! - Answers come back in the client's revision ([`Convert`]); a JSON-RPC error a member
+//!   answers with 400 or 404 reaches the client with 200, as legacy servers answer errors.
 //!
 //! What does not bridge: server-to-client requests (elicitation, sampling, roots: the
-//! forwarded capabilities omit them, so a server that needs them answers -32021), list-change
-//! and resource-update notifications (no standalone stream; the `listChanged` and `subscribe`
-//! capabilities are withheld), `resources/subscribe`, batches, and HTTP+SSE clients.
+//! forwarded capabilities omit them, so a server that needs them answers -32021, and an
+//! `input_required` result becomes an error), list-change and resource-update notifications
+//! (no standalone stream; `listChanged` and `subscribe` are withheld), `resources/subscribe`,
+//! cancellation, batches, and HTTP+SSE clients.
 
-use bytes::Bytes;
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
 use pingora::http::RequestHeader;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::body::Body;
@@ -39,8 +45,6 @@ pub struct Answer {
     pub status: u16,
     /// JSON, or empty.
     pub body: Bytes,
-    /// A session id to hand out (`initialize`).
-    pub session: Option<String>,
 }
 
 /// A request forwarded as a 2026-07-28 one.
@@ -50,6 +54,15 @@ pub struct Forward {
     /// The `Mcp-Name` subject (`params.name` / `params.uri`).
     pub name: Option<String>,
     pub body_len: usize,
+    /// An `initialize` sent as `server/discover`: the revision to answer with and the
+    /// session id to hand out.
+    pub initialize: Option<Initialize>,
+}
+
+#[derive(Debug)]
+pub struct Initialize {
+    pub version: String,
+    pub session: String,
 }
 
 #[derive(Debug)]
@@ -63,10 +76,47 @@ pub enum Bridged {
 struct Declared {
     /// The negotiated legacy revision.
     v: String,
-    /// Client capabilities, as forwarded (without what cannot be bridged).
+    /// Client capabilities, as forwarded (what can be bridged).
     c: Value,
-    /// `clientInfo`.
+    /// `clientInfo` (name, version, title).
     i: Value,
+}
+
+/// The parts of a legacy message the bridge reads, borrowed from the body.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ParamsMeta<'a> {
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
+/// Params of `initialize`, read only when small.
+#[derive(Deserialize)]
+struct InitializeParams {
+    #[serde(rename = "protocolVersion")]
+    protocol_version: Option<String>,
+    capabilities: Option<Value>,
+    #[serde(rename = "clientInfo")]
+    client_info: Option<Value>,
+}
+
+/// The most of an `initialize`'s params the bridge reads (what it declares is sealed into a
+/// token of at most 4 KiB anyway).
+const MAX_INITIALIZE_PARAMS: usize = 16 * 1024;
+
+fn invalid(detail: &str) -> EdgeError {
+    EdgeError::InvalidRequest {
+        detail: detail.into(),
+    }
 }
 
 /// A legacy POST on a bridged route.
@@ -79,61 +129,85 @@ pub fn post(
     let sessions = snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
         detail: "bridging needs the session key ring".into(),
     })?;
-    let message: Value =
-        serde_json::from_slice(&body.bytes).map_err(|e| EdgeError::ParseError {
-            detail: e.to_string(),
-        })?;
-    let Value::Object(message) = message else {
-        return Err(EdgeError::InvalidRequest {
-            detail: "batches are not bridged to 2026-07-28 servers".into(),
-        });
-    };
-    let id = message.get("id").cloned();
-    let method = message.get("method").and_then(Value::as_str);
+    if body.bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(invalid("batches are not bridged to 2026-07-28 servers"));
+    }
+    let bytes = body.bytes.clone();
+    let message: Message = serde_json::from_slice(&bytes)
+        .map_err(|_| invalid("a key appears more than once in the message"))?;
     let credential = credential_digest(
         req.headers
             .get(http::header::AUTHORIZATION)
             .map(|v| v.as_bytes()),
     );
-    if method == Some("initialize") {
-        return initialize(sessions, route, &message, id, credential);
+    let method = message.method.as_deref();
+    if let (Some("initialize"), Some(id)) = (method, message.id) {
+        let declared = declare(route, message.params)?;
+        let session = seal(sessions, route, &declared, credential)?;
+        body.bytes = discover_body(id, &declared)?;
+        return Ok(Bridged::Forward(Box::new(Forward {
+            method: "server/discover".into(),
+            name: None,
+            body_len: body.bytes.len(),
+            initialize: Some(Initialize {
+                version: declared.v,
+                session,
+            }),
+        })));
     }
     let declared = open(sessions, route, req, credential)?;
-    let (Some(method), Some(id)) = (method, id) else {
+    let (Some(method), Some(id)) = (method, message.id) else {
         // A notification, or a response to a request the edge never sent.
         return Ok(Bridged::Answer(accepted()));
     };
-    let answer = |body: Value| {
+    if !method.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(invalid("method must be visible ASCII"));
+    }
+    let answer = |body: String| {
         Ok(Bridged::Answer(Answer {
             status: 200,
-            body: Bytes::from(body.to_string()),
-            session: None,
+            body: Bytes::from(body),
         }))
     };
+    let id = id.get();
     match method {
-        "ping" | "logging/setLevel" => answer(json!({"jsonrpc": "2.0", "id": id, "result": {}})),
-        "resources/subscribe" | "resources/unsubscribe" => answer(json!({
-            "jsonrpc": "2.0", "id": id,
-            "error": {"code": -32601, "message": format!("Method not found: {method} is not bridged to 2026-07-28 servers")}
-        })),
+        "ping" | "logging/setLevel" => {
+            answer(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#))
+        }
+        "resources/subscribe" | "resources/unsubscribe" => answer(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: {method} is not bridged to 2026-07-28 servers"}}}}"#
+        )),
         _ => {
-            let name = message
-                .get("params")
-                .and_then(|p| match method {
-                    "tools/call" | "prompts/get" => p.get("name"),
-                    "resources/read" => p.get("uri"),
-                    _ => None,
-                })
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            let name = match (method, message.params) {
+                ("tools/call" | "prompts/get", Some(p)) => subject(p, "name"),
+                ("resources/read", Some(p)) => subject(p, "uri"),
+                _ => None,
+            };
             let method = method.to_owned();
-            body.bytes = modern_body(message, &declared)?;
+            body.bytes = with_envelope(&bytes, message.params, &declared)?;
             Ok(Bridged::Forward(Box::new(Forward {
                 method,
                 name,
                 body_len: body.bytes.len(),
+                initialize: None,
             })))
         }
+    }
+}
+
+/// `params.<key>` when it is a string.
+fn subject(params: &RawValue, key: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        uri: Option<Cow<'a, str>>,
+    }
+    let named: Named = serde_json::from_str(params.get()).ok()?;
+    match key {
+        "name" => named.name.map(Cow::into_owned),
+        _ => named.uri.map(Cow::into_owned),
     }
 }
 
@@ -142,7 +216,6 @@ pub fn delete() -> Answer {
     Answer {
         status: 200,
         body: Bytes::new(),
-        session: None,
     }
 }
 
@@ -150,36 +223,30 @@ fn accepted() -> Answer {
     Answer {
         status: 202,
         body: Bytes::new(),
-        session: None,
     }
 }
 
-/// Answer `initialize` from the pool's `server/discover`, and seal what the client declared.
-fn initialize(
-    sessions: &Sessions,
-    route: &Route,
-    message: &Map<String, Value>,
-    id: Option<Value>,
-    credential: Option<[u8; 16]>,
-) -> Result<Bridged, EdgeError> {
-    let spoken = route.pool.spoken.load();
-    let Some(discover) = spoken.discover.as_deref() else {
-        return Err(EdgeError::NoHealthyMember {
-            pool: route.pool.name.clone(),
-        });
+/// What an `initialize` declares, as the bridge carries it.
+fn declare(route: &Route, params: Option<&RawValue>) -> Result<Declared, EdgeError> {
+    let params: InitializeParams = match params {
+        Some(p) if p.get().len() > MAX_INITIALIZE_PARAMS => {
+            return Err(invalid("initialize params are too large to bridge"))
+        }
+        Some(p) => serde_json::from_str(p.get()).map_err(|_| invalid("initialize params"))?,
+        None => InitializeParams {
+            protocol_version: None,
+            capabilities: None,
+            client_info: None,
+        },
     };
-    let params = message.get("params");
-    let requested = params
-        .and_then(|p| p.get("protocolVersion"))
-        .and_then(Value::as_str);
     let legacy: Vec<&String> = route
         .versions
         .accepted
         .iter()
         .filter(|v| crate::mcp::is_legacy_version(v))
         .collect();
-    let version = match requested {
-        Some(r) if legacy.iter().any(|v| *v == r) => r.to_string(),
+    let version = match params.protocol_version {
+        Some(r) if legacy.iter().any(|v| **v == r) => r,
         // The newest legacy revision the route accepts (the client then decides).
         _ => legacy
             .iter()
@@ -188,42 +255,29 @@ fn initialize(
                 v.to_string()
             }),
     };
-    let declared = Declared {
-        v: version.clone(),
-        c: bridged_client_capabilities(params.and_then(|p| p.get("capabilities"))),
-        i: params
-            .and_then(|p| p.get("clientInfo"))
-            .cloned()
-            .unwrap_or_else(|| json!({"name": "unknown", "version": "0"})),
-    };
-    let mut result = json!({
-        "protocolVersion": version,
-        "capabilities": bridged_server_capabilities(discover.get("capabilities")),
-        "serverInfo": discover
-            .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
-            .cloned()
-            .unwrap_or_else(|| json!({"name": route.pool.name, "version": "unknown"})),
-    });
-    if let Some(instructions) = discover.get("instructions").filter(|i| i.is_string()) {
-        result["instructions"] = instructions.clone();
+    let info = params.client_info.unwrap_or(Value::Null);
+    let mut kept = Map::new();
+    for key in ["name", "version", "title"] {
+        if let Some(v) = info.get(key).filter(|v| v.is_string()) {
+            kept.insert(key.to_string(), v.clone());
+        }
     }
-    let session = seal(sessions, route, &declared, credential)?;
-    Ok(Bridged::Answer(Answer {
-        status: 200,
-        body: Bytes::from(json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()),
-        session: Some(session),
-    }))
+    kept.entry("name").or_insert_with(|| json!("unknown"));
+    kept.entry("version").or_insert_with(|| json!("0"));
+    Ok(Declared {
+        v: version,
+        c: bridged_client_capabilities(params.capabilities.as_ref()),
+        i: Value::Object(kept),
+    })
 }
 
-/// What the client declared, less what cannot be bridged: a 2026-07-28 server reaches a
-/// client only with `input_required` results, which a legacy client cannot answer.
+/// What the client declared that bridges: only `experimental`. A 2026-07-28 server reaches a
+/// client for sampling, elicitation or roots only with `input_required` results, which a
+/// legacy client cannot answer; extensions (tasks) would mint ids nobody seals.
 fn bridged_client_capabilities(declared: Option<&Value>) -> Value {
-    let mut caps = declared
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for unbridged in ["sampling", "elicitation", "roots", "tasks"] {
-        caps.remove(unbridged);
+    let mut caps = Map::new();
+    if let Some(e) = declared.and_then(|d| d.get("experimental")) {
+        caps.insert("experimental".into(), e.clone());
     }
     Value::Object(caps)
 }
@@ -247,6 +301,79 @@ fn bridged_server_capabilities(discovered: Option<&Value>) -> Value {
         }
     }
     Value::Object(caps)
+}
+
+/// The `_meta` envelope's keys (without braces).
+fn envelope(declared: &Declared) -> Result<String, EdgeError> {
+    let text = |v: &Value| {
+        serde_json::to_string(v).map_err(|e| EdgeError::Internal {
+            detail: e.to_string(),
+        })
+    };
+    Ok(format!(
+        r#""io.modelcontextprotocol/protocolVersion":"{MODERN_VERSION}","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{}"#,
+        text(&declared.c)?,
+        text(&declared.i)?
+    ))
+}
+
+/// The `server/discover` an `initialize` becomes (same id).
+fn discover_body(id: &RawValue, declared: &Declared) -> Result<Bytes, EdgeError> {
+    Ok(Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":{},"method":"server/discover","params":{{"_meta":{{{}}}}}}}"#,
+        id.get(),
+        envelope(declared)?
+    )))
+}
+
+/// Where `inner` starts in `outer`, when it is a slice of it.
+fn offset(outer: &[u8], inner: &str) -> Option<usize> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    (start + inner.len() <= outer.len()).then_some(start)
+}
+
+/// The message with the `_meta` envelope written at the end of `params._meta` (created as
+/// needed). Keys the client sent stay; the envelope's keys come last, so they are the ones
+/// a server reads. Every other byte is as the client sent it.
+fn with_envelope(
+    body: &Bytes,
+    params: Option<&RawValue>,
+    declared: &Declared,
+) -> Result<Bytes, EdgeError> {
+    let env = envelope(declared)?;
+    // Insert `text` just before the closing brace of the object `object` (a slice of body).
+    let before_close = |object: &str, text: String| -> Result<Bytes, EdgeError> {
+        let start = offset(body, object).ok_or_else(|| invalid("message"))?;
+        let close = start + object.len() - 1;
+        let empty = object[1..object.len() - 1].trim().is_empty();
+        let sep = if empty { "" } else { "," };
+        let mut out = BytesMut::with_capacity(body.len() + sep.len() + text.len());
+        out.extend_from_slice(&body[..close]);
+        out.extend_from_slice(sep.as_bytes());
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&body[close..]);
+        Ok(out.freeze())
+    };
+    match params.map(RawValue::get) {
+        None => {
+            let text = std::str::from_utf8(body).map_err(|_| invalid("message"))?;
+            let message = text.trim_end();
+            before_close(
+                message.trim_start(),
+                format!(r#""params":{{"_meta":{{{env}}}}}"#),
+            )
+        }
+        Some(p) if p.starts_with('{') => {
+            let pm: ParamsMeta = serde_json::from_str(p)
+                .map_err(|_| invalid("a key appears more than once in params"))?;
+            match pm.meta.map(RawValue::get) {
+                Some(m) if m.starts_with('{') => before_close(m, env),
+                Some(_) => Err(invalid("params._meta must be an object")),
+                None => before_close(p, format!(r#""_meta":{{{env}}}"#)),
+            }
+        }
+        Some(_) => Err(invalid("params must be an object")),
+    }
 }
 
 fn seal(
@@ -330,44 +457,6 @@ fn open(
     })
 }
 
-/// The message as a 2026-07-28 request: the `_meta` envelope added to its params (an
-/// envelope key the client sent itself is replaced).
-fn modern_body(mut message: Map<String, Value>, declared: &Declared) -> Result<Bytes, EdgeError> {
-    let params = message
-        .entry("params")
-        .or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(params) = params else {
-        return Err(EdgeError::InvalidRequest {
-            detail: "params must be an object".into(),
-        });
-    };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(meta) = meta else {
-        return Err(EdgeError::InvalidRequest {
-            detail: "params._meta must be an object".into(),
-        });
-    };
-    meta.insert(
-        "io.modelcontextprotocol/protocolVersion".into(),
-        json!(MODERN_VERSION),
-    );
-    meta.insert(
-        "io.modelcontextprotocol/clientCapabilities".into(),
-        declared.c.clone(),
-    );
-    meta.insert(
-        "io.modelcontextprotocol/clientInfo".into(),
-        declared.i.clone(),
-    );
-    serde_json::to_vec(&message)
-        .map(Bytes::from)
-        .map_err(|e| EdgeError::Internal {
-            detail: e.to_string(),
-        })
-}
-
 /// Upstream request head of a bridged request: the 2026-07-28 headers, no session.
 pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora::Result<()> {
     upstream.remove_header(SESSION_ID);
@@ -387,32 +476,68 @@ pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora:
     Ok(())
 }
 
-/// A member's JSON-RPC error answered with 400 or 404 reaches a bridged client with 200:
-/// legacy clients read error bodies of successful responses, and take a 404 for a lost
-/// session.
-pub fn legacy_status(resp: &mut pingora::http::ResponseHeader) -> pingora::Result<()> {
-    let json = resp
+/// The head of a bridged answer: never a member's session id; the bridged session id on a
+/// successful `initialize`; a member's JSON-RPC error answered with 400 or 404 reaches the
+/// client with 200 (legacy clients read error bodies of successful responses, and take a 404
+/// for a lost session). Returns the conversion the body needs.
+pub fn answer_head(
+    resp: &mut pingora::http::ResponseHeader,
+    forward: &Forward,
+) -> pingora::Result<Option<Convert>> {
+    resp.remove_header(SESSION_ID);
+    let content_type = resp
         .headers
         .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        .map(|v| v.as_bytes().to_vec());
+    let json = content_type
+        .as_deref()
+        .is_some_and(|t| starts(t, b"application/json"));
     if json && matches!(resp.status.as_u16(), 400 | 404) {
         resp.set_status(200)?;
     }
-    Ok(())
+    let initialize = match &forward.initialize {
+        Some(init) if resp.status.as_u16() == 200 => {
+            resp.insert_header(SESSION_ID, init.session.as_str())?;
+            Some(init.version.clone())
+        }
+        _ => None,
+    };
+    let encoded = resp
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Ok(None);
+    }
+    let convert = Convert::new(content_type.as_deref(), initialize);
+    if convert.is_some() {
+        resp.remove_header(&http::header::CONTENT_LENGTH);
+    }
+    Ok(convert)
+}
+
+fn starts(t: &[u8], with: &[u8]) -> bool {
+    t.len() >= with.len() && t[..with.len()].eq_ignore_ascii_case(with)
 }
 
 /// The answer to a bridged request, in the client's revision: a result's 2026-07-28-only
-/// fields (`resultType`, `ttlMs`, `cacheScope`) are dropped, and an `input_required` result
-/// (the server asks the client for input, which cannot be bridged) becomes an error the
-/// client can read. JSON bodies and the events of a stream are converted whole, up to
-/// [`MAX_CONVERTED`]; past that the rest of the answer passes as it is (such a body is no
-/// `input_required` result, and clients let the extra fields through).
+/// fields (`resultType`, `ttlMs`, `cacheScope`) are dropped; an `input_required` result (the
+/// server asks the client for input, which cannot be bridged) becomes an error the client
+/// can read; a `DiscoverResult` answering an `initialize` becomes its `InitializeResult`.
+/// A JSON body, or each event of a stream, is converted whole when it is at most
+/// [`MAX_CONVERTED`]; a larger one passes as it is (and conversion resumes at the next
+/// event).
 #[derive(Debug)]
 pub struct Convert {
     sse: bool,
+    /// Answering an `initialize` with this revision.
+    initialize: Option<String>,
     held: Vec<u8>,
-    /// Given up converting: everything passes.
+    /// Passing the rest of an oversized body (JSON) or event (SSE) as it is.
     passing: bool,
+    /// While passing an event: the last byte ended a line (`at_line_start`), was a CR.
+    at_line_start: bool,
+    after_cr: bool,
 }
 
 /// The most of one body or event held for conversion.
@@ -420,10 +545,7 @@ pub const MAX_CONVERTED: usize = 64 * 1024;
 
 impl Convert {
     /// For an answer of this content type (JSON or an event stream), if any.
-    pub fn new(content_type: Option<&[u8]>) -> Option<Convert> {
-        let starts = |t: &[u8], with: &[u8]| {
-            t.len() >= with.len() && t[..with.len()].eq_ignore_ascii_case(with)
-        };
+    pub fn new(content_type: Option<&[u8]>, initialize: Option<String>) -> Option<Convert> {
         let sse = match content_type {
             Some(t) if starts(t, b"text/event-stream") => true,
             Some(t) if starts(t, b"application/json") => false,
@@ -431,28 +553,82 @@ impl Convert {
         };
         Some(Convert {
             sse,
+            initialize,
             held: Vec::new(),
             passing: false,
+            at_line_start: true,
+            after_cr: false,
         })
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
-        if self.passing {
-            return Bytes::copy_from_slice(chunk);
-        }
-        self.held.extend_from_slice(chunk);
         let mut out = Vec::new();
+        let mut rest = chunk;
+        if self.passing {
+            if !self.sse {
+                return Bytes::copy_from_slice(chunk);
+            }
+            match self.skip_event(rest) {
+                Some(end) => {
+                    out.extend_from_slice(&rest[..end]);
+                    rest = &rest[end..];
+                    self.passing = false;
+                }
+                None => return Bytes::copy_from_slice(chunk),
+            }
+        }
+        self.held.extend_from_slice(rest);
         if self.sse {
             while let Some(end) = crate::sse::event_end(&self.held) {
                 let event: Vec<u8> = self.held.drain(..end).collect();
-                out.extend_from_slice(&convert_event(&event));
+                out.extend_from_slice(&self.convert_event(&event));
             }
         }
         if self.held.len() > MAX_CONVERTED {
             self.passing = true;
-            out.append(&mut self.held);
+            let held = std::mem::take(&mut self.held);
+            if self.sse {
+                // Follow the passed bytes to find where this event ends.
+                self.at_line_start = false;
+                self.after_cr = false;
+                if let Some(end) = self.skip_event(&held) {
+                    out.extend_from_slice(&held[..end]);
+                    self.passing = false;
+                    let tail = held[end..].to_vec();
+                    out.extend_from_slice(&self.feed(&tail));
+                    return Bytes::from(out);
+                }
+            }
+            out.extend_from_slice(&held);
         }
         Bytes::from(out)
+    }
+
+    /// While passing an event: the index just past the blank line that ends it, if in
+    /// `bytes`.
+    fn skip_event(&mut self, bytes: &[u8]) -> Option<usize> {
+        for (i, &b) in bytes.iter().enumerate() {
+            let after_cr = std::mem::replace(&mut self.after_cr, false);
+            match b {
+                b'\n' if after_cr => {}
+                b'\n' | b'\r' => {
+                    if self.at_line_start {
+                        // A blank line; a CRLF's LF is part of it.
+                        let end = if b == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
+                            i + 2
+                        } else {
+                            i + 1
+                        };
+                        self.at_line_start = true;
+                        return Some(end);
+                    }
+                    self.at_line_start = true;
+                    self.after_cr = b == b'\r';
+                }
+                _ => self.at_line_start = false,
+            }
+        }
+        None
     }
 
     pub fn finish(&mut self) -> Bytes {
@@ -462,53 +638,89 @@ impl Convert {
         }
         match serde_json::from_slice::<Value>(&held)
             .ok()
-            .and_then(convert_message)
+            .and_then(|m| convert_message(m, self.initialize.as_deref()))
         {
             Some(converted) => Bytes::from(converted.to_string()),
             None => Bytes::from(held),
         }
     }
+
+    /// One event with its data converted (as one `data:` line), or as it came.
+    fn convert_event(&self, event: &[u8]) -> Vec<u8> {
+        let Ok(text) = std::str::from_utf8(event) else {
+            return event.to_vec();
+        };
+        let lines = split_lines(text);
+        let data: Vec<&str> = lines
+            .iter()
+            .filter_map(|(line, _)| line.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        let Some(converted) = serde_json::from_str::<Value>(&data.join("\n"))
+            .ok()
+            .and_then(|m| convert_message(m, self.initialize.as_deref()))
+        else {
+            return event.to_vec();
+        };
+        let mut out = String::with_capacity(event.len());
+        let mut written = false;
+        for (line, end) in lines {
+            if line.starts_with("data:") {
+                if !written {
+                    out.push_str("data: ");
+                    out.push_str(&converted.to_string());
+                    out.push_str(end);
+                    written = true;
+                }
+            } else {
+                out.push_str(line);
+                out.push_str(end);
+            }
+        }
+        out.into_bytes()
+    }
 }
 
-/// One event with its data converted (as one `data:` line), or as it came.
-fn convert_event(event: &[u8]) -> Vec<u8> {
-    let Ok(text) = std::str::from_utf8(event) else {
-        return event.to_vec();
-    };
-    let lines: Vec<&str> = text.split_inclusive(['\n', '\r']).collect();
-    let data: Vec<&str> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| {
-            d.strip_prefix(' ')
-                .unwrap_or(d)
-                .trim_end_matches(['\r', '\n'])
-        })
-        .collect();
-    let Some(converted) = serde_json::from_str::<Value>(&data.join("\n"))
-        .ok()
-        .and_then(convert_message)
-    else {
-        return event.to_vec();
-    };
-    let mut out = String::with_capacity(event.len());
-    let mut written = false;
-    for line in lines {
-        if line.starts_with("data:") {
-            if !written {
-                out.push_str(&format!("data: {converted}\n"));
-                written = true;
-            }
-        } else {
-            out.push_str(line);
-        }
+/// Lines with their line ends (CRLF, CR or LF).
+fn split_lines(text: &str) -> Vec<(&str, &str)> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let Some(i) = rest.find(['\r', '\n']) else {
+            lines.push((rest, ""));
+            break;
+        };
+        let len = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+        lines.push((&rest[..i], &rest[i..i + len]));
+        rest = &rest[i + len..];
     }
-    out.into_bytes()
+    lines
 }
 
 /// The message in the client's revision, or `None` when it needs no change.
-fn convert_message(mut message: Value) -> Option<Value> {
+fn convert_message(mut message: Value, initialize: Option<&str>) -> Option<Value> {
     let result = message.get_mut("result")?.as_object_mut()?;
+    if let Some(version) = initialize {
+        if result.get("supportedVersions").is_some() {
+            let mut init = json!({
+                "protocolVersion": version,
+                "capabilities": bridged_server_capabilities(result.get("capabilities")),
+                "serverInfo": result
+                    .get("_meta")
+                    .and_then(|m| m.get("io.modelcontextprotocol/serverInfo"))
+                    .cloned()
+                    .unwrap_or_else(|| json!({"name": "unknown", "version": "unknown"})),
+            });
+            if let Some(i) = result.get("instructions").filter(|i| i.is_string()) {
+                init["instructions"] = i.clone();
+            }
+            *result = match init {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            return Some(message);
+        }
+    }
     if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
@@ -527,9 +739,63 @@ fn convert_message(mut message: Value) -> Option<Value> {
 mod tests {
     use super::*;
 
+    fn declared() -> Declared {
+        Declared {
+            v: "2025-06-18".into(),
+            c: json!({}),
+            i: json!({"name": "c", "version": "1"}),
+        }
+    }
+
+    fn enveloped(body: &str) -> Result<String, EdgeError> {
+        let bytes = Bytes::copy_from_slice(body.as_bytes());
+        let message: Message = serde_json::from_slice(&bytes).unwrap();
+        let out = with_envelope(&bytes, message.params, &declared())?;
+        Ok(String::from_utf8(out.to_vec()).unwrap())
+    }
+
+    const ENV: &str = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}"#;
+
+    #[test]
+    fn the_envelope_is_written_into_the_params_and_nothing_else_changes() {
+        let cases = [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo", "_meta" : {"progressToken":7} }}"#,
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo", "_meta" : {{"progressToken":7,{ENV}}} }}}}"#),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{ }}"#,
+                format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{ "_meta":{{{ENV}}}}}}}"#),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"a"}}"#,
+                format!(r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{{"cursor":"a","_meta":{{{ENV}}}}}}}"#),
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}\n",
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{{\"_meta\":{{{ENV}}}}}}}\n"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"x","params":{"_meta":{}}}"#,
+                format!(r#"{{"jsonrpc":"2.0","id":5,"method":"x","params":{{"_meta":{{{ENV}}}}}}}"#),
+            ),
+        ];
+        for (body, want) in cases {
+            let out = enveloped(body).unwrap();
+            assert_eq!(out, want);
+            let v: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(
+                v["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+                MODERN_VERSION
+            );
+        }
+        assert!(enveloped(r#"{"id":1,"method":"x","params":[1]}"#).is_err());
+        assert!(enveloped(r#"{"id":1,"method":"x","params":{"_meta":3}}"#).is_err());
+    }
+
     #[test]
     fn capabilities_keep_what_bridges() {
-        let client = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}, "experimental": {"x": {}}});
+        let client = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}, "experimental": {"x": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
         assert_eq!(
             bridged_client_capabilities(Some(&client)),
             json!({"experimental": {"x": {}}})
@@ -541,61 +807,63 @@ mod tests {
         );
     }
 
-    #[test]
-    fn answers_come_back_in_the_legacy_shape() {
-        let mut c = Convert::new(Some(b"text/event-stream")).unwrap();
-        let stream = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"resultType\":\"complete\",\"ttlMs\":0}}\n\n";
+    fn run(c: &mut Convert, stream: &[u8], step: usize) -> String {
         let mut out = Vec::new();
-        for chunk in stream.as_bytes().chunks(7) {
+        for chunk in stream.chunks(step) {
             out.extend_from_slice(&c.feed(chunk));
         }
         out.extend_from_slice(&c.finish());
-        let out = String::from_utf8(out).unwrap();
-        assert!(out.starts_with("event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\n"), "{out}");
-        assert!(out.ends_with("event: message\ndata: {\"id\":3,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[]}}\n\n"), "{out}");
-
-        let mut c = Convert::new(Some(b"Application/JSON")).unwrap();
-        let asked = br#"{"jsonrpc":"2.0","id":"x","result":{"resultType":"input_required","inputRequests":{}}}"#;
-        let mut out = c.feed(asked).to_vec();
-        out.extend_from_slice(&c.finish());
-        let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["id"], "x");
-        assert_eq!(v["error"]["code"], -32603);
-        // An answer needing no change keeps its bytes.
-        let mut c = Convert::new(Some(b"application/json")).unwrap();
-        let plain = br#"{"jsonrpc":"2.0", "id":1,"result":{"content":[]}}"#;
-        let mut out = c.feed(plain).to_vec();
-        out.extend_from_slice(&c.finish());
-        assert_eq!(out, plain);
-        assert!(Convert::new(Some(b"text/plain")).is_none());
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
-    fn the_envelope_goes_into_the_params() {
-        let declared = Declared {
-            v: "2025-06-18".into(),
-            c: json!({}),
-            i: json!({"name": "c", "version": "1"}),
-        };
-        let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "_meta": {"progressToken": 7, "io.modelcontextprotocol/protocolVersion": "forged"}}});
-        let Value::Object(m) = message else { panic!() };
-        let out: Value = serde_json::from_slice(&modern_body(m, &declared).unwrap()).unwrap();
-        assert_eq!(out["params"]["name"], "echo");
-        assert_eq!(out["params"]["_meta"]["progressToken"], 7);
+    fn answers_come_back_in_the_legacy_shape() {
+        let stream = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"resultType\":\"complete\",\"ttlMs\":0}}\r\nid: 7\r\n\r\n";
+        for step in 1..=stream.len() {
+            let mut c = Convert::new(Some(b"text/event-stream"), None).unwrap();
+            let out = run(&mut c, stream.as_bytes(), step);
+            assert_eq!(
+                out,
+                "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nevent: message\r\ndata: {\"id\":3,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[]}}\r\nid: 7\r\n\r\n",
+                "step {step}"
+            );
+        }
+        let mut c = Convert::new(Some(b"Application/JSON"), None).unwrap();
+        let asked = br#"{"jsonrpc":"2.0","id":"x","result":{"resultType":"input_required","inputRequests":{}}}"#;
+        let v: Value = serde_json::from_str(&run(&mut c, asked, 5)).unwrap();
+        assert_eq!(v["id"], "x");
+        assert_eq!(v["error"]["code"], -32603);
+        // An answer needing no change keeps its bytes.
+        let mut c = Convert::new(Some(b"application/json"), None).unwrap();
+        let plain = r#"{"jsonrpc":"2.0", "id":1,"result":{"content":[]}}"#;
+        assert_eq!(run(&mut c, plain.as_bytes(), 3), plain);
+        assert!(Convert::new(Some(b"text/plain"), None).is_none());
+    }
+
+    #[test]
+    fn an_oversized_event_passes_and_the_next_one_is_converted() {
+        let big = format!("data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{\"data\":\"{}\"}}}}\r\n\r\n", "x".repeat(MAX_CONVERTED + 10));
+        let after = "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"input_required\"}}\n\n";
+        let stream = format!("{big}{after}");
+        for step in [1000, 4096, 70_000, stream.len()] {
+            let mut c = Convert::new(Some(b"text/event-stream"), None).unwrap();
+            let out = run(&mut c, stream.as_bytes(), step);
+            assert!(out.starts_with(&big), "step {step}");
+            let tail = &out[big.len()..];
+            assert!(tail.contains("\"error\""), "step {step}: {tail}");
+        }
+    }
+
+    #[test]
+    fn a_discover_result_answers_initialize() {
+        let discover = r#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{"listChanged":true}},"resultType":"complete","ttlMs":0,"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":"2"}},"instructions":"hi"}}"#;
+        let mut c = Convert::new(Some(b"application/json"), Some("2025-06-18".into())).unwrap();
+        let v: Value = serde_json::from_str(&run(&mut c, discover.as_bytes(), 9)).unwrap();
         assert_eq!(
-            out["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
-            MODERN_VERSION
-        );
-        assert_eq!(
-            out["params"]["_meta"]["io.modelcontextprotocol/clientInfo"]["name"],
-            "c"
-        );
-        let bare = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-        let Value::Object(m) = bare else { panic!() };
-        let out: Value = serde_json::from_slice(&modern_body(m, &declared).unwrap()).unwrap();
-        assert_eq!(
-            out["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"],
-            json!({})
+            v,
+            json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "2"},
+                "instructions": "hi"}})
         );
     }
 }

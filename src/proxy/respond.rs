@@ -33,10 +33,20 @@ pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: super::bridge:
     let Ok(mut resp) = answer_head(&answer) else {
         return;
     };
-    if let Some(origin) = &ctx.cors {
-        if super::cors::apply(&mut resp, origin).is_err() {
-            return;
+    let cors = match &ctx.cors {
+        Some(origin) => super::cors::apply(&mut resp, origin),
+        None if ctx
+            .labels
+            .route
+            .as_ref()
+            .is_some_and(|r| r.origins.grants_any()) =>
+        {
+            super::cors::vary_only(&mut resp)
         }
+        None => Ok(()),
+    };
+    if cors.is_err() {
+        return;
     }
     let body = (!answer.body.is_empty()).then_some(answer.body);
     let end = body.is_none();
@@ -56,9 +66,6 @@ fn answer_head(answer: &super::bridge::Answer) -> pingora::Result<ResponseHeader
         resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     }
     resp.insert_header(http::header::CONTENT_LENGTH, answer.body.len().to_string())?;
-    if let Some(session) = &answer.session {
-        resp.insert_header(crate::mcp::headers::SESSION_ID, session.as_str())?;
-    }
     Ok(resp)
 }
 

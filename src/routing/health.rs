@@ -3,7 +3,6 @@
 //! speaks). [`crate::maintenance`] schedules them.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use std::sync::LazyLock;
 
@@ -148,11 +147,6 @@ fn learn_modern(pool: &Pool, member: &Member, reply: Option<&Value>) {
     let Ok(mut speaks) = member.speaks.lock() else {
         return;
     };
-    if let Some(result) = result.filter(|r| r.get("supportedVersions").is_some()) {
-        if speaks.discover.as_deref() != Some(result) {
-            speaks.discover = Some(Arc::new(result.clone()));
-        }
-    }
     if identity.is_some() && speaks.identity != identity {
         if speaks.identity.is_some() {
             log::info!(
