@@ -33,10 +33,10 @@ use super::body::Body;
 use crate::error::EdgeError;
 use crate::mcp::headers::{self, NAME, SESSION_ID};
 use crate::mcp::MODERN_VERSION;
-use crate::metrics::{self, TokenFailure, TokenOp};
+use crate::metrics::{self, TokenOp};
 use crate::runtime::{Route, Runtime};
 use crate::session::affinity::now_secs;
-use crate::session::token::{self, Claims, Kind, TokenError};
+use crate::session::token::{self, Claims, Kind};
 use crate::session::{credential_digest, Sessions};
 
 /// An answer the edge gives itself.
@@ -409,10 +409,6 @@ fn open(
     req: &RequestHeader,
     credential: Option<[u8; 16]>,
 ) -> Result<Declared, EdgeError> {
-    let refuse = |reason: TokenFailure, error: EdgeError| {
-        metrics::get().token_failure(reason);
-        error
-    };
     let raw = headers::single(&req.headers, SESSION_ID)
         .map_err(|_| EdgeError::SessionUnknown {
             reason: "Mcp-Session-Id appears more than once",
@@ -421,36 +417,13 @@ fn open(
             detail: "no valid session ID provided (Mcp-Session-Id)".into(),
         })?;
     let text = String::from_utf8_lossy(raw);
-    let claims = token::open_kind(
-        &sessions.ring,
+    let claims = crate::session::affinity::open_session(
+        sessions,
+        &route.pool.name,
         &text,
-        now_secs(),
-        sessions.max_age_secs,
+        credential,
         Kind::Bridge,
-    )
-    .map_err(|e| match e {
-        TokenError::Expired => refuse(TokenFailure::Expired, EdgeError::SessionExpired),
-        other => refuse(
-            other.into(),
-            EdgeError::SessionUnknown {
-                reason: other.reason(),
-            },
-        ),
-    })?;
-    if claims.pool != route.pool.name {
-        return Err(refuse(
-            TokenFailure::OtherPool,
-            EdgeError::SessionUnknown {
-                reason: "issued for another pool",
-            },
-        ));
-    }
-    if sessions.bind_credential && claims.credential != credential {
-        return Err(refuse(
-            TokenFailure::ForeignCredential,
-            EdgeError::SessionForeign,
-        ));
-    }
+    )?;
     metrics::get().token(TokenOp::Opened);
     serde_json::from_str(&claims.upstream_id).map_err(|_| EdgeError::SessionUnknown {
         reason: "malformed",

@@ -8,7 +8,7 @@ use crate::error::EdgeError;
 use crate::metrics;
 use crate::routing::{Member, Pool};
 
-use super::token::{self, Claims, TokenError};
+use super::token::{self, Claims, Kind, TokenError};
 use super::Sessions;
 use crate::metrics::{TokenFailure, TokenOp};
 
@@ -51,29 +51,7 @@ pub fn resolve(
             },
         ));
     };
-    let claims = token::open(&s.ring, token, now_secs(), s.max_age_secs).map_err(|e| match e {
-        TokenError::Expired => refuse(TokenFailure::Expired, EdgeError::SessionExpired),
-        other => refuse(
-            other.into(),
-            EdgeError::SessionUnknown {
-                reason: other.reason(),
-            },
-        ),
-    })?;
-    if claims.pool != pool.name {
-        return Err(refuse(
-            TokenFailure::OtherPool,
-            EdgeError::SessionUnknown {
-                reason: "issued for another pool",
-            },
-        ));
-    }
-    if s.bind_credential && claims.credential != credential {
-        return Err(refuse(
-            TokenFailure::ForeignCredential,
-            EdgeError::SessionForeign,
-        ));
-    }
+    let claims = open_session(s, &pool.name, token, credential, Kind::Session)?;
     let Some(member) = pool.find(&claims.member) else {
         return Err(refuse(
             TokenFailure::MemberGone,
@@ -88,6 +66,44 @@ pub fn resolve(
         upstream_id: claims.upstream_id,
         token: token.to_string(),
     })
+}
+
+/// Open a session token of `kind` (a legacy session, a bridged one) for the pool named
+/// `pool`: every failure is counted and is a 404 the client answers by re-initialising. The
+/// token is counted as opened only by the caller, once it is used.
+pub fn open_session(
+    s: &Sessions,
+    pool: &str,
+    token: &str,
+    credential: Option<[u8; 16]>,
+    kind: Kind,
+) -> Result<Claims, EdgeError> {
+    let claims = token::open_kind(&s.ring, token, now_secs(), s.max_age_secs, kind).map_err(
+        |e| match e {
+            TokenError::Expired => refuse(TokenFailure::Expired, EdgeError::SessionExpired),
+            other => refuse(
+                other.into(),
+                EdgeError::SessionUnknown {
+                    reason: other.reason(),
+                },
+            ),
+        },
+    )?;
+    if claims.pool != pool {
+        return Err(refuse(
+            TokenFailure::OtherPool,
+            EdgeError::SessionUnknown {
+                reason: "issued for another pool",
+            },
+        ));
+    }
+    if s.bind_credential && claims.credential != credential {
+        return Err(refuse(
+            TokenFailure::ForeignCredential,
+            EdgeError::SessionForeign,
+        ));
+    }
+    Ok(claims)
 }
 
 /// Seal an upstream session identifier minted by `member` of the pool named `pool`.
