@@ -132,6 +132,14 @@ async fn stalled_heads_and_uploads_stay_inside_the_deployment_limit() {
 }
 
 /// Budget settings small enough to reach with a few connections.
+/// The memory-budget gauges are process-wide: every edge started in this test process sets
+/// them. Tests with in-process edges take turns, so one test's edge cannot overwrite the
+/// figure another test is waiting for. (Edges run as processes have their own.)
+async fn in_process_budget() -> tokio::sync::MutexGuard<'static, ()> {
+    static GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    GAUGE.lock().await
+}
+
 fn small_budget(member: std::net::SocketAddr, budget: usize, extra: &str) -> Edge {
     start_edge(&format!(
         "[limits]\nmemory_budget_bytes = {budget}\n{extra}\n{}",
@@ -141,6 +149,7 @@ fn small_budget(member: std::net::SocketAddr, budget: usize, extra: &str) -> Edg
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_the_budget_gets_503_with_retry_after_and_is_counted() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     let edge = small_budget(member.addr, 2 * 1024 * 1024, "");
     let before = metric(
@@ -178,6 +187,7 @@ async fn a_body_past_the_budget_gets_503_with_retry_after_and_is_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_heads_make_room_for_a_well_behaved_client() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     // Room for about twenty connections; the head deadline far away, so that only the budget
     // closes the stalled heads (however slowly this busy machine opens them).
@@ -224,6 +234,7 @@ async fn stalled_heads_make_room_for_a_well_behaved_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_that_never_completes_is_closed_at_the_deadline() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     let edge = start_edge(&format!(
         "[timeouts]\nrequest_head_ms = 300\n\n{}",
@@ -265,6 +276,7 @@ async fn a_head_that_never_completes_is_closed_at_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_honest_upload_completes_and_a_trickle_is_cut() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     let edge = start_edge(&format!(
         "[limits]\nmin_upload_bytes_per_second = 32768\n\n[timeouts]\nrequest_body_ms = 500\n\n{}",
@@ -312,6 +324,7 @@ async fn a_slow_honest_upload_completes_and_a_trickle_is_cut() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_that_only_declare_a_large_body_hold_what_they_sent() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     let edge = small_budget(member.addr, 2 * 1024 * 1024, "");
     // Five uploads that each announce 1 MiB and send a few bytes: they hold a few bytes.
@@ -347,6 +360,7 @@ async fn uploads_that_only_declare_a_large_body_hold_what_they_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_head_past_the_limit_is_answered_431() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     let edge = start_edge(&unchecked_pool_and_route(&[member.addr], ""));
     let mut s = TcpStream::connect(("127.0.0.1", edge.port)).await.unwrap();
@@ -372,6 +386,7 @@ async fn a_first_head_past_the_limit_is_answered_431() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_kept_alive_connections_make_room_for_new_ones() {
+    let _gauge = in_process_budget().await;
     let member = Mock::start(Behavior::Json).await;
     // Room for about twenty connections; thirty clients each keep theirs open after a call.
     let edge = small_budget(member.addr, 20 * 48 * 1024, "");
