@@ -246,6 +246,11 @@ impl ProxyHttp for Edge {
         if let Some(forward) = &admitted(ctx)?.bridge {
             // After the metrics: they count the member's own status.
             ctx.convert = bridge::answer_head(resp, forward)?;
+            if ctx.convert.is_some() {
+                // What the conversion may hold counts in the budget while the answer lasts.
+                let room = self.load.budget.force(Holder::Body, bridge::MAX_CONVERTED);
+                ctx.convert_room = Some(room);
+            }
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {

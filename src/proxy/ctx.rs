@@ -45,8 +45,10 @@ pub struct Ctx {
     pub answered_continue: bool,
     /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
     pub sse: bool,
-    /// A bridged answer's conversion to the client's revision (see [`super::bridge`]).
+    /// A bridged answer's conversion to the client's revision (see [`super::bridge`]), and
+    /// the memory it may hold.
     pub convert: Option<super::bridge::Convert>,
+    pub convert_room: Option<Reservation>,
     /// The scan swapping task ids in the response (see [`super::tasks`]).
     pub tasks: Option<(super::tasks::Scan, super::tasks::Sealed)>,
     /// The origin this request's responses grant (CORS; see [`super::cors`]).
@@ -73,6 +75,7 @@ impl Ctx {
             sse: false,
             tasks: None,
             convert: None,
+            convert_room: None,
             cors: None,
             answered: false,
         }

@@ -231,7 +231,7 @@ pub fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
             Ok(None) => None,
             Ok(Some(id)) => {
                 // A response names a handful of tasks; keep the list short regardless.
-                if sealed.0.len() < 16 {
+                if sealed.0.len() < 4 {
                     sealed.0.push((upstream_id.to_string(), id.clone()));
                 }
                 Some(id)
