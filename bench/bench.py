@@ -18,6 +18,7 @@ import tempfile
 import time
 import urllib.request
 
+import identity
 import tls
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -318,6 +319,9 @@ def run(work, results):
     else:
         print(f"skipped: the TLS part ({' and '.join(missing)} missing)")
 
+    # Identity: token validation and list filtering against the same requests without them.
+    results["identity"] = identity.run(sys.modules[__name__], work, upstream)
+
     # P4: idle SSE streams held through each proxy; resident memory per stream. Only the
     # default edge: an idle stream writes no access-log line until it ends.
     results["meta"]["load_p4"] = loadavg()
@@ -438,6 +442,8 @@ def report(r):
     block = ratios(r)
     if "tls" in r:
         block += "\n\n" + tls.block(r["tls"])
+    if "identity" in r:
+        block += "\n\n" + identity.block(r["identity"])
     print(head)
     print(block + "\n")
     print(table)

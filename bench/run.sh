@@ -29,7 +29,7 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 bash scripts/setup.sh --build-only
-cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora
+cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora --example bench_token
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt

@@ -2,6 +2,7 @@
 //! HTTP/1.1 keep-alive on raw tokio, one thread by default.
 //!
 //! - any POST answers `{"jsonrpc":"2.0","id":<id>,"result":{...}}` (JSON);
+//! - `tools/list` answers 20 tools, as an SSE event when asked with `x-bench-sse: 1`;
 //! - `initialize` also mints an `Mcp-Session-Id` (so legacy token requests can be measured);
 //! - `subscriptions/listen` answers an SSE stream with one event and holds it open until
 //!   the client goes away (idle-stream memory measurements).
@@ -42,6 +43,23 @@ fn main() -> std::io::Result<()> {
     })
 }
 
+/// A `tools/list` result of 20 tools with small schemas (about 4 KiB), half of them
+/// `team_a_*`, half `team_b_*` (the identity benchmark's policy shows one half).
+fn tools_list(id: &serde_json::Value) -> String {
+    let tools: Vec<String> = (0..20)
+        .map(|i| {
+            let team = if i % 2 == 0 { "a" } else { "b" };
+            format!(
+                "{{\"name\":\"team_{team}_tool_{i}\",\"description\":\"tool {i} of team {team}, which does something useful\",\"inputSchema\":{{\"type\":\"object\",\"properties\":{{\"text\":{{\"type\":\"string\"}},\"count\":{{\"type\":\"integer\"}}}},\"required\":[\"text\"]}}}}"
+            )
+        })
+        .collect();
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\"tools\":[{}]}}}}",
+        tools.join(",")
+    )
+}
+
 async fn serve(stream: TcpStream) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(16 * 1024, stream);
     loop {
@@ -68,6 +86,23 @@ async fn serve(stream: TcpStream) -> std::io::Result<()> {
                 // Hold until the client (the edge) closes.
                 while stream.read(&mut buf).await? != 0 {}
                 return Ok(());
+            }
+            "tools/list" => {
+                let sse = head.text.to_ascii_lowercase().contains("\nx-bench-sse: 1");
+                let out = tools_list(&id);
+                let resp = if sse {
+                    let event = format!("event: message\ndata: {out}\n\n");
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ncontent-length: {}\r\n\r\n{event}",
+                        event.len()
+                    )
+                } else {
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{out}",
+                        out.len()
+                    )
+                };
+                stream.write_all(resp.as_bytes()).await?;
             }
             _ => {
                 let session = if method == "initialize" {

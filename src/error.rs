@@ -87,6 +87,8 @@ pub enum ErrorKind {
     BodyTimeout,
     TlsRequired,
     TaskUnknown,
+    Unauthorized,
+    RateLimited,
 }
 
 impl ErrorKind {
@@ -185,6 +187,15 @@ pub enum EdgeError {
     /// A task id the edge sealed that no longer leads anywhere (forged, expired, another
     /// pool's, or its member left the pool): what a server says of an unknown task.
     TaskUnknown { reason: &'static str },
+    /// A route with `auth` got no valid credential: 401 with this `WWW-Authenticate`.
+    Unauthorized {
+        challenge: String,
+        reason: &'static str,
+    },
+    /// The caller is over the route's rate limit: 429, `Retry-After` in seconds.
+    RateLimited { retry_after: u64 },
+    /// A batch on a route with a policy (its calls could not each be checked).
+    BatchRefused,
 }
 
 impl EdgeError {
@@ -222,6 +233,9 @@ impl EdgeError {
             EdgeError::BodyTimeout => ErrorKind::BodyTimeout,
             EdgeError::TlsRequired => ErrorKind::TlsRequired,
             EdgeError::TaskUnknown { .. } => ErrorKind::TaskUnknown,
+            EdgeError::Unauthorized { .. } => ErrorKind::Unauthorized,
+            EdgeError::RateLimited { .. } => ErrorKind::RateLimited,
+            EdgeError::BatchRefused => ErrorKind::InvalidRequest,
         }
     }
 
@@ -253,6 +267,9 @@ impl EdgeError {
             EdgeError::Internal { .. } => 500,
             // In-band, as the TypeScript SDK answers an unknown task.
             EdgeError::TaskUnknown { .. } => 200,
+            EdgeError::Unauthorized { .. } => 401,
+            EdgeError::RateLimited { .. } => 429,
+            EdgeError::BatchRefused => 400,
         }
     }
 
@@ -262,6 +279,7 @@ impl EdgeError {
             EdgeError::UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
             EdgeError::ParseError { .. } => code::PARSE_ERROR,
             EdgeError::InvalidRequest { .. }
+            | EdgeError::BatchRefused
             | EdgeError::ClientError { .. }
             | EdgeError::SessionMissing => code::INVALID_REQUEST,
             EdgeError::SessionUnknown { .. }
@@ -278,6 +296,8 @@ impl EdgeError {
             | EdgeError::HostRejected { .. }
             | EdgeError::Overloaded { .. }
             | EdgeError::BodyTimeout
+            | EdgeError::Unauthorized { .. }
+            | EdgeError::RateLimited { .. }
             | EdgeError::TlsRequired
             | EdgeError::BodyTooLarge { .. }
             | EdgeError::HeadersTooLarge { .. }
@@ -340,6 +360,13 @@ impl EdgeError {
             }
             EdgeError::TlsRequired => {
                 "This port speaks TLS: send the request over https://".to_string()
+            }
+            EdgeError::Unauthorized { reason, .. } => format!("Unauthorized: {reason}"),
+            EdgeError::RateLimited { retry_after } => {
+                format!("Rate limit exceeded: retry in {retry_after} s")
+            }
+            EdgeError::BatchRefused => {
+                "Invalid Request: batches are not accepted on this route (its policy checks each call)".to_string()
             }
         }
     }

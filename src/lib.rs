@@ -11,6 +11,7 @@ pub mod budget;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod identity;
 pub mod maintenance;
 pub mod mcp;
 pub mod metrics;
@@ -61,6 +62,9 @@ pub struct Built {
 }
 
 pub fn build_server(config: Config, options: Options) -> Built {
+    for w in &config.warnings {
+        log::warn!("config: {w}");
+    }
     let startup = config.startup;
     // The binary starts the writer itself first, to refuse an output it cannot open; here a
     // failure (an in-process edge) leaves lines dropped and counted.

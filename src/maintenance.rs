@@ -41,6 +41,7 @@ impl BackgroundService for Maintenance {
                     tokio::spawn(async move { check_pool(&pool).await });
                 }
             }
+            identity_upkeep(&snapshot, &mut due);
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = shutdown.changed() => return,
@@ -48,6 +49,32 @@ impl BackgroundService for Maintenance {
         }
     }
 }
+
+/// Fetch the JWKS URL when due (or when a token named an unknown `kid`); forget full rate
+/// buckets.
+fn identity_upkeep(snapshot: &Runtime, due: &mut HashMap<(String, &'static str), Instant>) {
+    let jwks = snapshot
+        .identity
+        .as_ref()
+        .and_then(|i| i.jwt.as_ref())
+        .map(|j| j.jwks.clone());
+    if let Some(jwks) = jwks {
+        if let Some(every) = jwks.refresh_interval() {
+            if jwks.wanted() || is_due(due, "", "jwks", every) {
+                tokio::spawn(async move { jwks.refresh().await });
+            }
+        }
+    }
+    if is_due(due, "", "rate", RATE_SWEEP) {
+        for endpoint in snapshot.endpoints.values() {
+            if let Some(limiter) = &endpoint.route.access.rate {
+                limiter.sweep();
+            }
+        }
+    }
+}
+
+const RATE_SWEEP: Duration = Duration::from_secs(10);
 
 fn is_due(
     due: &mut HashMap<(String, &'static str), Instant>,

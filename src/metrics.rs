@@ -50,6 +50,16 @@ pub struct Metrics {
     pub tls: TlsMetrics,
     /// Requests answered by the edge's CORS policy (preflights), by route.
     pub cors_preflights: IntCounterVec,
+    /// Credentials checked on routes with `auth`, by route and result.
+    pub auth: IntCounterVec,
+    /// Requests refused by a route's policy (a hidden name), by route and rule.
+    pub policy_refusals: IntCounterVec,
+    /// Entries cut from list answers by a route's policy, by route and rule.
+    pub policy_hidden: IntCounterVec,
+    /// Requests over a route's rate limit (429), by route.
+    pub rate_limited: IntCounterVec,
+    /// JWKS fetches by result.
+    pub jwks_fetches: IntCounterVec,
     /// Member labels last published per pool, so departed members' series are removed.
     published: Mutex<HashMap<String, HashSet<String>>>,
 }
@@ -384,6 +394,31 @@ fn build() -> Result<Metrics, prometheus::Error> {
         pools: pool_metrics(&r)?,
         budget: budget_metrics(&r)?,
         tls: tls_metrics(&r)?,
+        auth: r.counter(
+            "mcp_edge_auth_total",
+            "Credentials checked on routes with auth, by route and result (ok, anonymous, missing, invalid, expired)",
+            &["route", "result"],
+        )?,
+        policy_refusals: r.counter(
+            "mcp_edge_policy_refusals_total",
+            "Requests naming a tool, prompt or resource the route's policy hides, answered by the edge, by route and rule",
+            &["route", "rule"],
+        )?,
+        policy_hidden: r.counter(
+            "mcp_edge_policy_hidden_entries_total",
+            "Entries cut from list answers by the route's policy, by route and rule",
+            &["route", "rule"],
+        )?,
+        rate_limited: r.counter(
+            "mcp_edge_rate_limited_total",
+            "Requests over the route's rate limit (answered 429), by route",
+            &["route"],
+        )?,
+        jwks_fetches: r.counter(
+            "mcp_edge_jwks_fetches_total",
+            "JWKS URL fetches by result (success, failure)",
+            &["result"],
+        )?,
         cors_preflights: r.counter(
             "mcp_edge_cors_preflights_total",
             "CORS preflight requests answered by the edge, by route",
@@ -493,6 +528,9 @@ fn preregister(m: &Metrics) {
     }
     for op in TokenOp::iter() {
         m.session_tokens.with_label_values(&[label(op)]).inc_by(0);
+    }
+    for result in ["success", "failure"] {
+        m.jwks_fetches.with_label_values(&[result]).inc_by(0);
     }
     for op in TASK_ID_OPS {
         m.task_ids.with_label_values(&[op]).inc_by(0);

@@ -8,6 +8,7 @@
 //!   `upstream_response_body_filter`: [`legacy`] translation of session identifiers.
 //! - `fail_to_proxy`: the error boundary, [`respond`]; `logging`: [`access_log`].
 
+pub mod access;
 pub mod access_log;
 pub mod admit;
 pub mod body;
@@ -19,6 +20,7 @@ pub mod legacy;
 pub mod limits;
 pub mod replay;
 pub mod respond;
+pub mod rewrite;
 pub mod tasks;
 pub mod upstream;
 
@@ -82,6 +84,7 @@ impl ProxyHttp for Edge {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         crate::connections::request_started();
+        ctx.tls = self.tls;
         match admit::admit(session, ctx, &self.load).await {
             Ok(admit::Admission::Preflight {
                 methods,
@@ -162,6 +165,19 @@ impl ProxyHttp for Edge {
             upstream.remove_header(&http::header::TRANSFER_ENCODING);
         }
         let admitted = admitted(ctx)?;
+        if !admitted.route.access.forward_credential {
+            // The token's audience is the edge, not the server (MCP security guidance).
+            upstream.remove_header(&http::header::AUTHORIZATION);
+        }
+        if ctx.grant.is_some() {
+            // List answers are filtered: they must come uncompressed.
+            upstream.remove_header(&http::header::ACCEPT_ENCODING);
+        }
+        if let Some(len) = admitted.body_len {
+            if upstream.headers.contains_key(http::header::CONTENT_LENGTH) {
+                upstream.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
+            }
+        }
         legacy::restore_upstream_target(upstream, admitted)?;
         if let Some(role) = &admitted.task {
             tasks::restore_head(upstream, role)?;
@@ -246,11 +262,12 @@ impl ProxyHttp for Edge {
         if let Some(forward) = &admitted(ctx)?.bridge {
             // After the metrics: they count the member's own status.
             ctx.convert = bridge::answer_head(resp, forward)?;
-            if ctx.convert.is_some() {
-                // What the conversion may hold counts in the budget while the answer lasts.
-                let room = self.load.budget.force(Holder::Body, bridge::MAX_CONVERTED);
-                ctx.convert_room = Some(room);
-            }
+        }
+        access::filter_lists(resp, ctx)?;
+        if let Some(rewrite) = &ctx.convert {
+            // What the rewrite may hold counts in the budget while the answer lasts.
+            let room = self.load.budget.force(Holder::Body, rewrite.limit());
+            ctx.convert_room = Some(room);
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {
@@ -281,6 +298,7 @@ impl ProxyHttp for Edge {
             }
             // An empty chunk holds back a partial event; `None` would mean end of body.
             *body = Some(Bytes::from(out));
+            access::count_hidden(ctx);
         }
         if ctx.rewriter.as_ref().is_none_or(|r| r.is_done() && !end) {
             return Ok(None);

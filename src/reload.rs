@@ -98,6 +98,9 @@ impl Reloader {
         let m = metrics::get();
         match Config::load(&self.path) {
             Ok(config) => {
+                for w in &config.warnings {
+                    log::warn!("config: {w}");
+                }
                 let old = self.runtime.load_full();
                 config.runtime.inherit(&old);
                 for pool in config.runtime.pools.values() {

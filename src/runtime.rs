@@ -57,6 +57,8 @@ pub struct Route {
     pub cors_max_age: u64,
     /// Legacy Streamable HTTP clients are bridged to the 2026-07-28 members (`bridge_legacy`).
     pub bridge: bool,
+    /// Who may call, what they may use, how often (see [`crate::identity`]).
+    pub access: crate::identity::Access,
     /// Handles on this route's per-request metric series.
     pub series: crate::metrics::RouteSeries,
 }
@@ -125,6 +127,8 @@ pub struct Runtime {
     pub sessions: Option<Arc<Sessions>>,
     /// Write one access-log line per request (`access_log.enabled`; reloadable).
     pub access_log: bool,
+    /// `[identity]`: how credentials become principals.
+    pub identity: Option<Arc<crate::identity::Identity>>,
 }
 
 impl Runtime {
@@ -146,6 +150,15 @@ impl Runtime {
             if let Some(previous) = old.pools.get(name) {
                 pool.inherit(previous);
             }
+        }
+        let jwks = |r: &Runtime| {
+            r.identity
+                .as_ref()
+                .and_then(|i| i.jwt.as_ref())
+                .map(|j| j.jwks.clone())
+        };
+        if let (Some(new), Some(old)) = (jwks(self), jwks(old)) {
+            new.inherit(&old);
         }
     }
 

@@ -94,3 +94,53 @@ fn a_broken_config_fails_and_names_each_offending_key() {
         );
     }
 }
+
+#[test]
+fn check_flags_rules_and_patterns_that_can_never_match() {
+    let dir = std::env::temp_dir().join(format!("mcp-edge-never-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = "[[listeners]]\naddress = \"0.0.0.0:8080\"\n[identity]\n[identity.jwt]\nissuer = \"https://i\"\naudience = [\"a\"]\njwks_url = \"https://i/jwks\"\n[[pools]]\nname=\"p\"\nmembers=[\"127.0.0.1:1\"]\n[[routes]]\npath=\"/mcp\"\npool=\"p\"\nversions = [\"2026-07-28\"]\nauth = \"required\"\n";
+    let cases = [
+        (
+            "[[routes.policy]]\ntenants = [\"a\"]\ntools = [\"x\"]\n",
+            "tenants: can never match",
+        ),
+        (
+            "[[routes.policy]]\ngroups = [\"g\"]\n",
+            "groups: can never match",
+        ),
+        (
+            "[[routes.policy]]\ntools = [\"*\"]\n[[routes.policy]]\nsubjects = [\"bob\"]\n",
+            "rule 'rule-0' before it matches every caller",
+        ),
+        (
+            "[[routes.policy]]\ntools = [\"my tool\"]\n",
+            "pattern 'my tool' can never match",
+        ),
+        (
+            "[[routes.policy]]\nresources = [\"/srv/files\"]\n",
+            "not a URI prefix",
+        ),
+    ];
+    for (i, (policy, flagged)) in cases.iter().enumerate() {
+        let path = dir.join(format!("never{i}.toml"));
+        std::fs::write(&path, format!("{base}{policy}")).unwrap();
+        let out = check(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} passed --check: {stderr}");
+        assert!(stderr.contains(flagged), "case {i}: {stderr}");
+    }
+    // The same rules where they can match pass.
+    let path = dir.join("fine.toml");
+    std::fs::write(
+        &path,
+        format!("{}[[routes.policy]]\nsubjects = [\"bob\"]\ntools = [\"a_*\"]\nresources = [\"file:///a/\"]\n", base),
+    )
+    .unwrap();
+    let out = check(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -66,6 +66,10 @@ pub mod defaults {
     pub const UNHEALTHY_AFTER: NonZeroU32 = count(2);
     pub const HEALTHY_AFTER: NonZeroU32 = count(1);
     pub const EJECT_MS: NonZeroU64 = long(10_000);
+    pub const MAX_TOKEN_BYTES: NonZeroUsize = size(8 * 1024);
+    pub const JWKS_REFRESH_SECONDS: NonZeroU64 = long(300);
+    pub const JWKS_TIMEOUT_MS: NonZeroU64 = long(2_000);
+    pub const JWT_LEEWAY_SECONDS: u64 = 30;
 
     /// Query parameters that carry the HTTP+SSE session (TypeScript, Python SDKs).
     pub fn session_params() -> Vec<String> {
@@ -133,6 +137,102 @@ pub struct File {
     pub passthrough: Vec<PassthroughSection>,
     #[serde(default)]
     pub forwarding: ForwardingSection,
+    /// Who is calling: JWTs and API keys (routes opt in with `auth`).
+    pub identity: Option<IdentitySection>,
+}
+
+/// `[identity]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySection {
+    pub jwt: Option<JwtSection>,
+    /// TOML file of hashed API keys (a mounted Secret).
+    pub api_keys_file: Option<String>,
+    /// Where 401s point clients (RFC 9728); default:
+    /// `{scheme}://{Host}/.well-known/oauth-protected-resource{route path}`.
+    pub resource_metadata: Option<String>,
+    /// Serve the Protected Resource Metadata document naming these authorization servers.
+    #[serde(default)]
+    pub authorization_servers: Vec<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default = "max_token_bytes")]
+    pub max_token_bytes: NonZeroUsize,
+}
+
+fn max_token_bytes() -> NonZeroUsize {
+    defaults::MAX_TOKEN_BYTES
+}
+
+/// `[identity.jwt]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtSection {
+    pub issuer: String,
+    /// Accepted `aud` values (one must be in the token's).
+    pub audience: Vec<String>,
+    pub jwks_file: Option<String>,
+    pub jwks_url: Option<String>,
+    /// PEM CA bundle trusted for `jwks_url` besides the system roots.
+    pub jwks_ca_file: Option<String>,
+    #[serde(default = "jwks_refresh")]
+    pub jwks_refresh_seconds: NonZeroU64,
+    #[serde(default = "jwks_timeout")]
+    pub jwks_timeout_ms: NonZeroU64,
+    #[serde(default = "jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    #[serde(default = "leeway")]
+    pub leeway_seconds: u64,
+    /// The claim naming the caller's tenant.
+    pub tenant_claim: Option<String>,
+    /// The claim listing the caller's groups (an array, or a space-separated string).
+    pub groups_claim: Option<String>,
+}
+
+fn jwks_refresh() -> NonZeroU64 {
+    defaults::JWKS_REFRESH_SECONDS
+}
+fn jwks_timeout() -> NonZeroU64 {
+    defaults::JWKS_TIMEOUT_MS
+}
+fn jwt_algorithms() -> Vec<String> {
+    ["RS256", "ES256", "EdDSA"].map(String::from).to_vec()
+}
+fn leeway() -> u64 {
+    defaults::JWT_LEEWAY_SECONDS
+}
+
+/// `[[routes.policy]]`: one rule.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRuleSection {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Tool names; `*` and `?` are wildcards.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    /// Resource URI prefixes.
+    #[serde(default)]
+    pub resources: Vec<String>,
+}
+
+/// `[routes.rate_limit]`.
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSection {
+    pub requests_per_second: NonZeroU32,
+    /// Default: `requests_per_second`.
+    pub burst: Option<NonZeroU32>,
+    /// One bucket per caller and tool for `tools/call` (other requests share the caller's).
+    #[serde(default)]
+    pub per_tool: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -445,4 +545,15 @@ pub struct RouteSection {
     /// `initialize` and turns every later request into a stateless one.
     #[serde(default)]
     pub bridge_legacy: bool,
+    /// `none` (default), `optional` or `required`: see `[identity]`.
+    #[serde(default)]
+    pub auth: crate::identity::AuthMode,
+    /// Pass the client's `Authorization` to the server; default: only when `auth = "none"`.
+    pub forward_credential: Option<bool>,
+    /// Rules, first match decides (see the README).
+    #[serde(default)]
+    pub policy: Vec<PolicyRuleSection>,
+    #[serde(default)]
+    pub absent_as: crate::identity::policy::AbsentAs,
+    pub rate_limit: Option<RateLimitSection>,
 }

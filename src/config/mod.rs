@@ -7,6 +7,7 @@
 //! Every message names the offending key (`routes[0].pool: …`).
 
 pub mod file;
+mod identity;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -64,6 +65,8 @@ pub struct ListenerTls {
 /// A loaded, validated configuration.
 #[derive(Debug)]
 pub struct Config {
+    /// Rules and patterns that can never match (the config loads; `--check` fails).
+    pub warnings: Vec<String>,
     pub startup: Startup,
     pub runtime: Runtime,
 }
@@ -93,7 +96,15 @@ impl File {
         }
         let listeners = listeners(&self.listeners, &mut errs);
         let pools = pools(&self.pools, &self.routes, &mut errs);
-        let (mut endpoints, any_legacy) = routes(&self.routes, &pools, &mut errs);
+        let identity = identity::identity(self.identity.as_ref(), &mut errs);
+        let mut warnings = Vec::new();
+        let (mut endpoints, any_legacy) = routes(
+            &self.routes,
+            &pools,
+            identity.as_deref(),
+            &mut errs,
+            &mut warnings,
+        );
         let prefixes = passthrough(&self.passthrough, &pools, &mut endpoints, &mut errs);
         let forwarding = forwarding(&self.forwarding, &mut errs);
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
@@ -101,6 +112,7 @@ impl File {
             return Err(errs);
         }
         Ok(Config {
+            warnings,
             startup: self.startup(listeners),
             runtime: Runtime {
                 endpoints,
@@ -111,6 +123,7 @@ impl File {
                 timeouts: timeouts(&self.timeouts),
                 sessions,
                 access_log: self.access_log.enabled,
+                identity,
             },
         })
     }
@@ -366,7 +379,9 @@ fn health_policy(h: &HealthSection, default_path: String) -> HealthPolicy {
 fn routes(
     sections: &[RouteSection],
     pools: &HashMap<String, Arc<Pool>>,
+    identity: Option<&crate::identity::Identity>,
     errs: &mut Errors,
+    warnings: &mut Vec<String>,
 ) -> (HashMap<String, Endpoint>, bool) {
     let mut endpoints = HashMap::new();
     let mut any_legacy = false;
@@ -398,6 +413,7 @@ fn routes(
         }
         let mut versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
         versions.bridged = r.bridge_legacy;
+        let access = identity::access(r, i, identity, errs, warnings);
         let route = Arc::new(Route {
             name: format!("{}{}", r.prefix, r.path),
             prefix: r.prefix.clone(),
@@ -408,6 +424,7 @@ fn routes(
             hosts: lower(&r.allowed_hosts),
             cors_max_age: r.cors_max_age_seconds,
             bridge: r.bridge_legacy,
+            access,
             series: Default::default(),
         });
         for (path, kind) in public_paths(r) {
@@ -469,6 +486,7 @@ fn passthrough(
             hosts: lower(&p.allowed_hosts),
             cors_max_age: p.cors_max_age_seconds,
             bridge: false,
+            access: Default::default(),
             series: Default::default(),
         });
         let endpoint = Endpoint {

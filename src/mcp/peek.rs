@@ -96,6 +96,8 @@ pub struct Params<'a> {
     pub protocol_version: Option<Field<'a>>,
     /// `params._meta` is present (with or without a claim).
     pub has_meta: bool,
+    /// `params.ref` of `completion/complete`: its `type`, `name` and `uri`, when an object.
+    pub reference: Option<Box<[Option<Field<'a>>; 3]>>,
     /// The client declared the Tasks extension on this request
     /// (`_meta["io.modelcontextprotocol/clientCapabilities"].extensions["io.modelcontextprotocol/tasks"]`).
     pub tasks: bool,
@@ -120,6 +122,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
                         "uri" => p.uri = Some(map.next_value()?),
                         "taskId" => p.task_id = Some(map.next_value()?),
                         "protocolVersion" => p.protocol_version = Some(map.next_value()?),
+                        "ref" => p.reference = map.next_value::<Reference>()?.0,
                         "_meta" => {
                             p.has_meta = true;
                             let meta = map.next_value::<MetaClaim>()?;
@@ -157,6 +160,63 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
             }
             fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
                 Ok(LenientParams(Params::default()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `params.ref`: `[type, name, uri]` when an object, else nothing.
+struct Reference<'a>(Option<Box<[Option<Field<'a>>; 3]>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Reference<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Reference<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut r: [Option<Field<'de>>; 3] = [None, None, None];
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        "type" => 0,
+                        "name" => 1,
+                        "uri" => 2,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    r[slot] = Some(map.next_value()?);
+                }
+                Ok(Reference(Some(Box::new(r))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Reference(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Reference(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Reference(None))
             }
         }
         d.deserialize_any(V)

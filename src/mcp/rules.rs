@@ -11,6 +11,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::HeaderMap;
 
+use crate::identity::policy::{Kind, Target};
 use crate::metrics::EraLabel;
 use crate::routing::Spoken;
 use serde_json::Value;
@@ -50,6 +51,35 @@ pub struct Verdict {
     pub name: Option<String>,
     /// A modern request whose client declared the Tasks extension.
     pub tasks: bool,
+    /// The tool, prompt or resource the request names (for the route's policy).
+    pub target: Option<Target>,
+    /// The body is a batch.
+    pub batch: bool,
+}
+
+/// The entry a request names: `tools/call` and `prompts/get` their `name`,
+/// `resources/read` and `resources/subscribe` their `uri`, `completion/complete` its
+/// `ref`. A name that is not a string names nothing (the server refuses such a request).
+fn target(method: Option<&str>, m: &Message<'_>) -> Option<Target> {
+    let text = |f: Option<&Field<'_>>| f.and_then(Field::as_str).map(str::to_owned);
+    let (kind, value) = match method? {
+        "tools/call" => (Kind::Tool, text(m.params.name.as_ref())),
+        "prompts/get" => (Kind::Prompt, text(m.params.name.as_ref())),
+        "resources/read" | "resources/subscribe" => (Kind::Resource, text(m.params.uri.as_ref())),
+        "completion/complete" => {
+            let [kind, name, uri] = &**m.params.reference.as_ref()?;
+            match kind.as_ref().and_then(Field::as_str)? {
+                "ref/prompt" => (Kind::Prompt, text(name.as_ref())),
+                "ref/resource" => (Kind::Resource, text(uri.as_ref())),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some(Target {
+        kind,
+        value: value?,
+    })
 }
 
 /// Versions a route accepts: the modern revisions it lists and, when it lists any legacy
@@ -209,6 +239,8 @@ fn check_batch(
         id: None,
         name: None,
         tasks: false,
+        target: None,
+        batch: true,
     })
 }
 
@@ -319,6 +351,8 @@ fn modern(
         id,
         name,
         tasks: m.params.tasks,
+        target: target(Some(method), m),
+        batch: false,
     })
 }
 
@@ -407,6 +441,8 @@ fn legacy(
         id,
         name: None,
         tasks: false,
+        target: target(m.method(), m),
+        batch: false,
     })
 }
 

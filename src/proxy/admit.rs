@@ -13,7 +13,7 @@ use pingora::proxy::Session;
 
 use super::ctx::{Admitted, Ctx};
 use super::limits::{self, Load};
-use super::{body, bridge, cors, legacy, tasks};
+use super::{access, body, bridge, cors, legacy, tasks};
 use crate::budget::Budget;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{self, Era};
@@ -46,6 +46,10 @@ pub async fn admit(
     ctx.slots.push(load.request(&snapshot.limits)?);
     keep_alive(session, &snapshot);
     check_head_size(session.req_header(), &snapshot)?;
+    if let Some(answer) = access::metadata(session.req_header(), &snapshot, ctx.tls) {
+        body::discard(session, ctx, &load.budget).await?;
+        return Ok(Admission::Answer(answer));
+    }
     let endpoint = route(session.req_header(), &snapshot)?;
     ctx.labels.route = Some(endpoint.route.clone());
     let passthrough = endpoint.kind == EndpointKind::Passthrough;
@@ -67,12 +71,49 @@ pub async fn admit(
             any_header: passthrough,
         });
     }
-    let request = request(session, ctx, &endpoint, &load.budget).await?;
+    ctx.principal = access::identify(session, ctx, &endpoint).await?;
+    let mut request = request(session, ctx, &endpoint, &load.budget).await?;
+    let client = session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip());
+    let named = access::Named {
+        era: request.era.as_ref(),
+        method: request.method.as_deref(),
+        id: request.id.as_ref(),
+        target: request.target.as_ref(),
+        batch: request.batch,
+        stream: session.req_header().method == Method::GET,
+        messages: endpoint.kind == EndpointKind::Messages,
+    };
+    let mut body_len = None;
+    let policed = access::police(ctx, &endpoint.route, client, named)?;
+    match policed {
+        access::Policed::Pass => {}
+        access::Policed::Answer(answer) => return Ok(Admission::Answer(answer)),
+        access::Policed::Disguise(method) => {
+            let disguised = request
+                .body
+                .as_ref()
+                .and_then(|b| crate::identity::policy::disguise(&b.bytes, &method));
+            let (Some(body), Some(disguised)) = (request.body.as_mut(), disguised) else {
+                return Err(Rejection::with_id(
+                    EdgeError::InvalidRequest {
+                        detail: "params do not name what the method needs".into(),
+                    },
+                    request.id.clone(),
+                ));
+            };
+            body_len = Some(disguised.len());
+            body.bytes = bytes::Bytes::from(disguised);
+        }
+    }
     if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
         let slot = load.stream(&snapshot.limits).await;
         ctx.slots
             .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
     }
+    let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
     let bridge = match request.bridge {
         Some(bridge::Bridged::Answer(answer)) => return Ok(Admission::Answer(answer)),
         Some(bridge::Bridged::Forward(forward)) => Some(forward),
@@ -80,7 +121,7 @@ pub async fn admit(
     };
     let legacy = match request.era {
         Some(Era::Legacy) if bridge.is_none() => Some(
-            legacy::admit(session.req_header(), &snapshot, &endpoint)
+            legacy::admit(session.req_header(), &snapshot, &endpoint, binding)
                 .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
         ),
         _ => None,
@@ -93,6 +134,7 @@ pub async fn admit(
             legacy,
             task: request.task,
             bridge,
+            body_len,
         },
         body: request.body,
     })
@@ -163,6 +205,9 @@ struct Request {
     body: Option<body::Body>,
     task: Option<tasks::TaskRole>,
     bridge: Option<bridge::Bridged>,
+    method: Option<String>,
+    target: Option<crate::identity::policy::Target>,
+    batch: bool,
 }
 
 impl Request {
@@ -173,6 +218,9 @@ impl Request {
             body: None,
             task: None,
             bridge: None,
+            method: None,
+            target: None,
+            batch: false,
         }
     }
 }
@@ -193,11 +241,8 @@ async fn request(
     };
     match (endpoint.kind, &method) {
         (EndpointKind::Passthrough, _) => Ok(Request {
-            era: None,
-            id: None,
             body: body::read_any(session, ctx, budget).await?,
-            task: None,
-            bridge: None,
+            ..Request::bodiless(None)
         }),
         (EndpointKind::Streamable | EndpointKind::Messages, &Method::POST) => {
             let mut body = body::read(session, ctx, budget).await?;
@@ -222,6 +267,7 @@ async fn request(
                         &ctx.snapshot,
                         &endpoint.route,
                         &mut body,
+                        crate::session::binding(session.req_header(), ctx.principal.as_ref()),
                     )
                 });
             ctx.labels.record(&mut verdict);
@@ -234,6 +280,9 @@ async fn request(
                 body: Some(body),
                 task,
                 bridge,
+                method: verdict.method,
+                target: verdict.target,
+                batch: verdict.batch,
             })
         }
         (EndpointKind::Streamable, &Method::GET | &Method::DELETE) if endpoint.route.bridge => {

@@ -12,7 +12,7 @@
 //!   to any member.
 //! - `ping`, `logging/setLevel`, notifications, posted responses, `DELETE` are answered by the
 //!   edge; `GET` (the standalone stream) gets 405, which clients take as "no stream".
-//! - Answers come back in the client's revision ([`Convert`]); a JSON-RPC error a member
+//! - Answers come back in the client's revision ([`super::rewrite::Rewrite`]); a JSON-RPC error a member
 //!   answers with 400 or 404 reaches the client with 200, as legacy servers answer errors.
 //!
 //! What does not bridge: server-to-client requests (elicitation, sampling, roots: the
@@ -30,6 +30,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::body::Body;
+use super::rewrite::Rewrite;
 use crate::error::EdgeError;
 use crate::mcp::headers::{self, NAME, SESSION_ID};
 use crate::mcp::MODERN_VERSION;
@@ -37,7 +38,7 @@ use crate::metrics::{self, TokenOp};
 use crate::runtime::{Route, Runtime};
 use crate::session::affinity::now_secs;
 use crate::session::token::{self, Claims, Kind};
-use crate::session::{credential_digest, Sessions};
+use crate::session::Sessions;
 
 /// An answer the edge gives itself.
 #[derive(Debug)]
@@ -125,6 +126,7 @@ pub fn post(
     snapshot: &Runtime,
     route: &Route,
     body: &mut Body,
+    credential: Option<[u8; 16]>,
 ) -> Result<Bridged, EdgeError> {
     let sessions = snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
         detail: "bridging needs the session key ring".into(),
@@ -135,11 +137,6 @@ pub fn post(
     let bytes = body.bytes.clone();
     let message: Message = serde_json::from_slice(&bytes)
         .map_err(|_| invalid("a key appears more than once in the message"))?;
-    let credential = credential_digest(
-        req.headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes()),
-    );
     let method = message.method.as_deref();
     if let (Some("initialize"), Some(id)) = (method, message.id) {
         let declared = declare(route, message.params)?;
@@ -456,7 +453,7 @@ pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora:
 pub fn answer_head(
     resp: &mut pingora::http::ResponseHeader,
     forward: &Forward,
-) -> pingora::Result<Option<Convert>> {
+) -> pingora::Result<Option<Rewrite>> {
     resp.remove_header(SESSION_ID);
     let content_type = resp
         .headers
@@ -482,7 +479,7 @@ pub fn answer_head(
     if encoded {
         return Ok(None);
     }
-    let convert = Convert::new(content_type.as_deref(), initialize);
+    let convert = Rewrite::new(content_type.as_deref(), Some(initialize), None);
     if convert.is_some() {
         resp.remove_header(&http::header::CONTENT_LENGTH);
     }
@@ -493,185 +490,8 @@ fn starts(t: &[u8], with: &[u8]) -> bool {
     t.len() >= with.len() && t[..with.len()].eq_ignore_ascii_case(with)
 }
 
-/// The answer to a bridged request, in the client's revision: a result's 2026-07-28-only
-/// fields (`resultType`, `ttlMs`, `cacheScope`) are dropped; an `input_required` result (the
-/// server asks the client for input, which cannot be bridged) becomes an error the client
-/// can read; a `DiscoverResult` answering an `initialize` becomes its `InitializeResult`.
-/// A JSON body, or each event of a stream, is converted whole when it is at most
-/// [`MAX_CONVERTED`]; a larger one passes as it is (and conversion resumes at the next
-/// event).
-#[derive(Debug)]
-pub struct Convert {
-    sse: bool,
-    /// Answering an `initialize` with this revision.
-    initialize: Option<String>,
-    held: Vec<u8>,
-    /// Passing the rest of an oversized body (JSON) or event (SSE) as it is.
-    passing: bool,
-    /// While passing an event: the last byte ended a line (`at_line_start`), was a CR.
-    at_line_start: bool,
-    after_cr: bool,
-}
-
-/// The most of one body or event held for conversion.
-pub const MAX_CONVERTED: usize = 64 * 1024;
-
-impl Convert {
-    /// For an answer of this content type (JSON or an event stream), if any.
-    pub fn new(content_type: Option<&[u8]>, initialize: Option<String>) -> Option<Convert> {
-        let sse = match content_type {
-            Some(t) if starts(t, b"text/event-stream") => true,
-            Some(t) if starts(t, b"application/json") => false,
-            _ => return None,
-        };
-        Some(Convert {
-            sse,
-            initialize,
-            held: Vec::new(),
-            passing: false,
-            at_line_start: true,
-            after_cr: false,
-        })
-    }
-
-    pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
-        let mut out = Vec::new();
-        let mut rest = chunk;
-        if self.passing {
-            if !self.sse {
-                return Bytes::copy_from_slice(chunk);
-            }
-            match self.skip_event(rest) {
-                Some(end) => {
-                    out.extend_from_slice(&rest[..end]);
-                    rest = &rest[end..];
-                    self.passing = false;
-                }
-                None => return Bytes::copy_from_slice(chunk),
-            }
-        }
-        self.held.extend_from_slice(rest);
-        if self.sse {
-            while let Some(end) = crate::sse::event_end(&self.held) {
-                let event: Vec<u8> = self.held.drain(..end).collect();
-                out.extend_from_slice(&self.convert_event(&event));
-            }
-        }
-        if self.held.len() > MAX_CONVERTED {
-            self.passing = true;
-            let held = std::mem::take(&mut self.held);
-            if self.sse {
-                // Follow the passed bytes to find where this event ends.
-                self.at_line_start = false;
-                self.after_cr = false;
-                if let Some(end) = self.skip_event(&held) {
-                    out.extend_from_slice(&held[..end]);
-                    self.passing = false;
-                    let tail = held[end..].to_vec();
-                    out.extend_from_slice(&self.feed(&tail));
-                    return Bytes::from(out);
-                }
-            }
-            out.extend_from_slice(&held);
-        }
-        Bytes::from(out)
-    }
-
-    /// While passing an event: the index just past the blank line that ends it, if in
-    /// `bytes`.
-    fn skip_event(&mut self, bytes: &[u8]) -> Option<usize> {
-        for (i, &b) in bytes.iter().enumerate() {
-            let after_cr = std::mem::replace(&mut self.after_cr, false);
-            match b {
-                b'\n' if after_cr => {}
-                b'\n' | b'\r' => {
-                    if self.at_line_start {
-                        // A blank line; a CRLF's LF is part of it.
-                        let end = if b == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
-                            i + 2
-                        } else {
-                            i + 1
-                        };
-                        self.at_line_start = true;
-                        return Some(end);
-                    }
-                    self.at_line_start = true;
-                    self.after_cr = b == b'\r';
-                }
-                _ => self.at_line_start = false,
-            }
-        }
-        None
-    }
-
-    pub fn finish(&mut self) -> Bytes {
-        let held = std::mem::take(&mut self.held);
-        if self.passing || self.sse {
-            return Bytes::from(held);
-        }
-        match serde_json::from_slice::<Value>(&held)
-            .ok()
-            .and_then(|m| convert_message(m, self.initialize.as_deref()))
-        {
-            Some(converted) => Bytes::from(converted.to_string()),
-            None => Bytes::from(held),
-        }
-    }
-
-    /// One event with its data converted (as one `data:` line), or as it came.
-    fn convert_event(&self, event: &[u8]) -> Vec<u8> {
-        let Ok(text) = std::str::from_utf8(event) else {
-            return event.to_vec();
-        };
-        let lines = split_lines(text);
-        let data: Vec<&str> = lines
-            .iter()
-            .filter_map(|(line, _)| line.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        let Some(converted) = serde_json::from_str::<Value>(&data.join("\n"))
-            .ok()
-            .and_then(|m| convert_message(m, self.initialize.as_deref()))
-        else {
-            return event.to_vec();
-        };
-        let mut out = String::with_capacity(event.len());
-        let mut written = false;
-        for (line, end) in lines {
-            if line.starts_with("data:") {
-                if !written {
-                    out.push_str("data: ");
-                    out.push_str(&converted.to_string());
-                    out.push_str(end);
-                    written = true;
-                }
-            } else {
-                out.push_str(line);
-                out.push_str(end);
-            }
-        }
-        out.into_bytes()
-    }
-}
-
-/// Lines with their line ends (CRLF, CR or LF).
-fn split_lines(text: &str) -> Vec<(&str, &str)> {
-    let mut lines = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let Some(i) = rest.find(['\r', '\n']) else {
-            lines.push((rest, ""));
-            break;
-        };
-        let len = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
-        lines.push((&rest[..i], &rest[i..i + len]));
-        rest = &rest[i + len..];
-    }
-    lines
-}
-
 /// The message in the client's revision, or `None` when it needs no change.
-fn convert_message(mut message: Value, initialize: Option<&str>) -> Option<Value> {
+pub(super) fn convert_message(mut message: Value, initialize: Option<&str>) -> Option<Value> {
     let result = message.get_mut("result")?.as_object_mut()?;
     if let Some(version) = initialize {
         if result.get("supportedVersions").is_some() {
@@ -711,6 +531,7 @@ fn convert_message(mut message: Value, initialize: Option<&str>) -> Option<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::rewrite::MAX_CONVERTED;
 
     fn declared() -> Declared {
         Declared {
@@ -780,7 +601,7 @@ mod tests {
         );
     }
 
-    fn run(c: &mut Convert, stream: &[u8], step: usize) -> String {
+    fn run(c: &mut Rewrite, stream: &[u8], step: usize) -> String {
         let mut out = Vec::new();
         for chunk in stream.chunks(step) {
             out.extend_from_slice(&c.feed(chunk));
@@ -793,7 +614,7 @@ mod tests {
     fn answers_come_back_in_the_legacy_shape() {
         let stream = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\r\n\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"resultType\":\"complete\",\"ttlMs\":0}}\r\nid: 7\r\n\r\n";
         for step in 1..=stream.len() {
-            let mut c = Convert::new(Some(b"text/event-stream"), None).unwrap();
+            let mut c = Rewrite::new(Some(b"text/event-stream"), Some(None), None).unwrap();
             let out = run(&mut c, stream.as_bytes(), step);
             assert_eq!(
                 out,
@@ -801,16 +622,16 @@ mod tests {
                 "step {step}"
             );
         }
-        let mut c = Convert::new(Some(b"Application/JSON"), None).unwrap();
+        let mut c = Rewrite::new(Some(b"Application/JSON"), Some(None), None).unwrap();
         let asked = br#"{"jsonrpc":"2.0","id":"x","result":{"resultType":"input_required","inputRequests":{}}}"#;
         let v: Value = serde_json::from_str(&run(&mut c, asked, 5)).unwrap();
         assert_eq!(v["id"], "x");
         assert_eq!(v["error"]["code"], -32603);
         // An answer needing no change keeps its bytes.
-        let mut c = Convert::new(Some(b"application/json"), None).unwrap();
+        let mut c = Rewrite::new(Some(b"application/json"), Some(None), None).unwrap();
         let plain = r#"{"jsonrpc":"2.0", "id":1,"result":{"content":[]}}"#;
         assert_eq!(run(&mut c, plain.as_bytes(), 3), plain);
-        assert!(Convert::new(Some(b"text/plain"), None).is_none());
+        assert!(Rewrite::new(Some(b"text/plain"), Some(None), None).is_none());
     }
 
     #[test]
@@ -819,7 +640,7 @@ mod tests {
         let after = "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"input_required\"}}\n\n";
         let stream = format!("{big}{after}");
         for step in [1000, 4096, 70_000, stream.len()] {
-            let mut c = Convert::new(Some(b"text/event-stream"), None).unwrap();
+            let mut c = Rewrite::new(Some(b"text/event-stream"), Some(None), None).unwrap();
             let out = run(&mut c, stream.as_bytes(), step);
             assert!(out.starts_with(&big), "step {step}");
             let tail = &out[big.len()..];
@@ -830,7 +651,12 @@ mod tests {
     #[test]
     fn a_discover_result_answers_initialize() {
         let discover = r#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{"listChanged":true}},"resultType":"complete","ttlMs":0,"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":"2"}},"instructions":"hi"}}"#;
-        let mut c = Convert::new(Some(b"application/json"), Some("2025-06-18".into())).unwrap();
+        let mut c = Rewrite::new(
+            Some(b"application/json"),
+            Some(Some("2025-06-18".into())),
+            None,
+        )
+        .unwrap();
         let v: Value = serde_json::from_str(&run(&mut c, discover.as_bytes(), 9)).unwrap();
         assert_eq!(
             v,

@@ -47,7 +47,7 @@ pub struct Ctx {
     pub sse: bool,
     /// A bridged answer's conversion to the client's revision (see [`super::bridge`]), and
     /// the memory it may hold.
-    pub convert: Option<super::bridge::Convert>,
+    pub convert: Option<super::rewrite::Rewrite>,
     pub convert_room: Option<Reservation>,
     /// The scan swapping task ids in the response (see [`super::tasks`]).
     pub tasks: Option<(super::tasks::Scan, super::tasks::Sealed)>,
@@ -55,6 +55,16 @@ pub struct Ctx {
     pub cors: Option<http::HeaderValue>,
     /// The edge answered the request itself (a CORS preflight, a bridged legacy message).
     pub answered: bool,
+    /// The listener speaks TLS.
+    pub tls: bool,
+    /// Who calls, on a route with `auth` (see [`crate::identity`]).
+    pub principal: Option<crate::identity::Principal>,
+    /// What the caller may see, on a route with a policy (list answers are filtered).
+    pub grant: Option<crate::identity::policy::Grant>,
+    /// The id of a list request (`tools/list`, …) on a route with a policy.
+    pub answering_list: Option<Value>,
+    /// A legacy event stream on a route with a policy: its list answers are filtered.
+    pub filter_stream: bool,
 }
 
 impl Ctx {
@@ -78,6 +88,11 @@ impl Ctx {
             convert_room: None,
             cors: None,
             answered: false,
+            tls: false,
+            principal: None,
+            grant: None,
+            answering_list: None,
+            filter_stream: false,
         }
     }
 
@@ -99,6 +114,9 @@ pub struct Admitted {
     pub task: Option<super::tasks::TaskRole>,
     /// A bridged legacy request, forwarded as a 2026-07-28 one (see [`super::bridge`]).
     pub bridge: Option<Box<super::bridge::Forward>>,
+    /// The body was rewritten to this length (a hidden entry renamed, see
+    /// [`super::access::Policed::Disguise`]).
+    pub body_len: Option<usize>,
 }
 
 /// A legacy request's session state.

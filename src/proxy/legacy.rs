@@ -11,7 +11,6 @@ use crate::error::EdgeError;
 use crate::mcp::headers::{self, SESSION_ID};
 use crate::runtime::{Endpoint, EndpointKind, Runtime};
 use crate::session::affinity;
-use crate::session::credential_digest;
 use crate::sse;
 
 /// Admission's step for a legacy request: bind the credential and open the session token
@@ -20,9 +19,8 @@ pub fn admit(
     req: &RequestHeader,
     snapshot: &Runtime,
     endpoint: &Endpoint,
+    credential: Option<[u8; 16]>,
 ) -> std::result::Result<Legacy, EdgeError> {
-    let auth = req.headers.get(http::header::AUTHORIZATION);
-    let credential = credential_digest(auth.map(|v| v.as_bytes()));
     let session = match token_of(req, endpoint)? {
         None => None,
         Some(token) => Some(affinity::resolve(

@@ -202,6 +202,12 @@ fn head(error: &EdgeError, len: usize) -> pingora::Result<ResponseHeader> {
         EdgeError::Overloaded { .. } => {
             resp.insert_header(http::header::RETRY_AFTER, "1")?;
         }
+        EdgeError::RateLimited { retry_after } => {
+            resp.insert_header(http::header::RETRY_AFTER, retry_after.to_string())?;
+        }
+        EdgeError::Unauthorized { challenge, .. } => {
+            resp.insert_header(http::header::WWW_AUTHENTICATE, challenge.as_str())?;
+        }
         _ => {}
     }
     Ok(resp)

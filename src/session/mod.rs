@@ -33,6 +33,23 @@ impl From<TokenError> for TokenFailure {
     }
 }
 
+/// What a legacy session token is bound to: the principal (issuer and subject) when the
+/// route knows who calls, so a refreshed token keeps the session; else the digest of the
+/// client's `Authorization` value.
+pub fn binding(
+    req: &pingora::http::RequestHeader,
+    principal: Option<&crate::identity::Principal>,
+) -> Option<[u8; 16]> {
+    match principal {
+        Some(p) => Some(p.binding()),
+        None => credential_digest(
+            req.headers
+                .get(http::header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+        ),
+    }
+}
+
 /// Digest of a client credential (`Authorization` value) kept in a token: the first 16 bytes
 /// of its SHA-256. Enough to tell credentials apart; useless for recovering one.
 pub fn credential_digest(authorization: Option<&[u8]>) -> Option<[u8; 16]> {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod assert;
+pub mod auth;
 pub mod balancer;
 pub mod dead;
 pub mod edge_process;

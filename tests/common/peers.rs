@@ -94,6 +94,21 @@ impl Peer {
             .count()
     }
 
+    /// Requests with this HTTP method the server has received so far.
+    pub fn requests_of(&self, method: &str) -> usize {
+        self.stderr_lines(&format!("REQ {method} "))
+    }
+
+    /// stderr lines that start with `prefix`.
+    pub fn stderr_lines(&self, prefix: &str) -> usize {
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    }
+
     pub fn stderr_has(&self, prefix: &str) -> bool {
         self.stderr
             .lock()

@@ -54,6 +54,12 @@ function buildServer() {
     const server = isV2
         ? new v2.McpServer({ name: `ts-peer-${instance}`, version: '1.0.0' })
         : new V1McpServer({ name: `ts-peer-${instance}`, version: '1.0.0' });
+    // Every tool run is logged (`TOOL <name>`): tests check what reached the server.
+    const register = server.registerTool.bind(server);
+    server.registerTool = (name, config, handler) => register(name, config, (...args) => {
+        process.stderr.write(`TOOL ${name}\n`);
+        return handler(...args);
+    });
 
     server.registerTool('echo', { description: 'echo text', inputSchema: z.object({ text: z.string() }) },
         async ({ text: t }) => text(`${instance}:${t}`));

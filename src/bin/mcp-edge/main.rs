@@ -69,6 +69,13 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
 
 fn check(path: &Path) -> ExitCode {
     match load(path) {
+        Ok(config) if !config.warnings.is_empty() => {
+            eprintln!("mcp-edge: {} loads, but:", path.display());
+            for w in &config.warnings {
+                eprintln!("  - {w}");
+            }
+            ExitCode::FAILURE
+        }
         Ok(_) => {
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
