@@ -6,7 +6,8 @@
 //! `{"jwks": {...}, "token": "..."}`.
 
 use base64::Engine;
-use ring::signature::{KeyPair, RsaKeyPair};
+use ring::rsa::PublicKeyComponents;
+use ring::signature::RsaKeyPair;
 use serde_json::json;
 
 fn main() -> Result<(), String> {
@@ -24,11 +25,11 @@ fn main() -> Result<(), String> {
         .map_err(|e| format!("{pem_path}: {e}"))?;
     let pair = RsaKeyPair::from_pkcs8(&der).map_err(|e| format!("{pem_path}: {e}"))?;
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
-    let public = pair.public_key();
+    let public = PublicKeyComponents::<Vec<u8>>::from(pair.public());
     let jwks = json!({"keys": [{
         "kty": "RSA", "kid": "bench", "alg": "RS256", "use": "sig",
-        "n": b64(public.modulus().big_endian_without_leading_zero()),
-        "e": b64(public.exponent().big_endian_without_leading_zero()),
+        "n": b64(&public.n),
+        "e": b64(&public.e),
     }]});
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -143,6 +143,27 @@ impl Reservation {
     }
 }
 
+impl Reservation {
+    /// Make this reservation exactly `bytes` without waiting (a rewrite's buffer as it grows
+    /// and empties): false, and unchanged, when growing does not fit (the refusal is counted).
+    pub fn try_fit(&mut self, bytes: usize) -> bool {
+        if bytes > self.bytes {
+            if !self.budget.take(bytes - self.bytes) {
+                metrics::get().budget_refusal(self.holder);
+                return false;
+            }
+        } else {
+            self.budget
+                .used
+                .fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+            self.budget.released.notify_waiters();
+        }
+        self.bytes = bytes;
+        metrics::get().budget_used(self.budget.used());
+        true
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);

@@ -235,7 +235,11 @@ impl ProxyHttp for Edge {
         let is_sse = resp
             .headers
             .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            .is_some_and(|v| {
+                v.as_bytes()
+                    .get(..17)
+                    .is_some_and(|t| t.eq_ignore_ascii_case(b"text/event-stream"))
+            });
         if is_sse && !ctx.sse {
             ctx.sse = true;
             crate::metrics::get().sse_streams(ctx.labels.era, 1);
@@ -264,10 +268,15 @@ impl ProxyHttp for Edge {
             ctx.convert = bridge::answer_head(resp, forward)?;
         }
         access::filter_lists(resp, ctx)?;
-        if let Some(rewrite) = &ctx.convert {
-            // What the rewrite may hold counts in the budget while the answer lasts.
-            let room = self.load.budget.force(Holder::Body, rewrite.limit());
-            ctx.convert_room = Some(room);
+        if ctx.convert.is_some() {
+            // What a rewrite holds counts in the budget while the answer lasts: a bridged
+            // answer's conversion is reserved at once, list filtering as it holds bytes.
+            let base = if admitted(ctx)?.bridge.is_some() {
+                rewrite::MAX_CONVERTED
+            } else {
+                0
+            };
+            ctx.convert_room = Some(self.load.budget.force(Holder::Body, base));
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {
@@ -299,6 +308,7 @@ impl ProxyHttp for Edge {
             // An empty chunk holds back a partial event; `None` would mean end of body.
             *body = Some(Bytes::from(out));
             access::count_hidden(ctx);
+            rewrite::account(ctx)?;
         }
         if ctx.rewriter.as_ref().is_none_or(|r| r.is_done() && !end) {
             return Ok(None);

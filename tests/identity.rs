@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::auth::{claims, jwks, now, SigningKey, StaticServer};
 use common::mock::{Behavior, Mock};
-use common::peers::{py_client, ts_client, ts_server, Peer};
+use common::peers::{py_client, py_server, ts_client, ts_server, Peer};
 use common::tls::Pki;
 use common::*;
 use jsonwebtoken::Algorithm;
@@ -64,13 +64,14 @@ impl Issuer {
     }
 }
 
-/// Tenant a may use `echo`, the `greet` prompt and `mem://` resources; tenant b `whoami`
-/// and `digest`.
+/// Tenant a may use `echo`, the `greet` prompt and `mem://` resources (and `absent_*`
+/// tools, which the servers do not have: their answer for an absent tool is compared with the
+/// edge's for a hidden one); tenant b `whoami` and `digest`.
 const POLICY: &str = r#"auth = "required"
 [[routes.policy]]
 name = "tenant-a"
 tenants = ["a"]
-tools = ["echo"]
+tools = ["echo", "absent_*"]
 prompts = ["greet"]
 resources = ["mem://"]
 [[routes.policy]]
@@ -122,9 +123,7 @@ async fn each_tenant_lists_and_calls_only_its_tools() {
                 "--bearer",
                 &token_a,
                 "--call",
-                "echo",
-                "--call",
-                "whoami",
+                "echo,whoami,absent_tool",
             ],
         );
         assert_eq!(out["ok"], true, "{mode}: {out}");
@@ -140,6 +139,13 @@ async fn each_tenant_lists_and_calls_only_its_tools() {
         assert_eq!(
             out["calls"]["whoami"]["error"]["message"], "Tool whoami not found",
             "{mode}: {out}"
+        );
+        assert_eq!(
+            out["calls"]["whoami"].to_string(),
+            out["calls"]["absent_tool"]
+                .to_string()
+                .replace("absent_tool", "whoami"),
+            "{mode}: the server's own answer for a tool it does not have"
         );
     }
     assert_eq!(tool_runs(&server, "echo"), 2);
@@ -190,6 +196,40 @@ async fn each_tenant_lists_and_calls_only_its_tools() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_answer_is_filtered_whatever_its_id() {
+    let issuer = Issuer::start().await;
+    let server = ts_server("dual", "srv");
+    let edge = start_edge(&format!(
+        "{}{}",
+        issuer.section(""),
+        pool_and_route(&[server.addr], POLICY)
+    ));
+    let token = issuer.token(&issuer.rsa, "alice", "a");
+    // A legacy id too long for the edge to echo (over 1 KiB), which the server accepts.
+    for id in [json!("x".repeat(1100)), json!(7)] {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":{}});
+        let text = client()
+            .post(edge.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .bearer_auth(&token)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains("\"echo\""), "{text}");
+        assert!(
+            !text.contains("whoami") && !text.contains("digest"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_sse_lists_are_filtered_on_the_stream_and_hidden_calls_run_nothing() {
     let issuer = Issuer::start().await;
     let server = ts_server("legacy-sse", "srv");
@@ -231,6 +271,46 @@ async fn over_http_sse_lists_are_filtered_on_the_stream_and_hidden_calls_run_not
     );
     assert_eq!(tool_runs(&server, "whoami"), 0, "the hidden tool never ran");
     assert_eq!(tool_runs(&server, "echo"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_python_server_hidden_tools_answer_as_absent_ones_do() {
+    let issuer = Issuer::start().await;
+    let server = py_server(&["--transport", "streamable-http", "--stateless"], "py");
+    let route = format!("absent_as = \"python\"\n{POLICY}");
+    let edge = start_edge(&format!(
+        "{}{}",
+        issuer.section(""),
+        pool_and_route(&[server.addr], &route)
+    ));
+    let token_a = issuer.token(&issuer.ec, "alice", "a");
+    let probe = [
+        "--policy-probe",
+        "--bearer",
+        &token_a,
+        "--call",
+        "echo,whoami,absent_tool",
+    ];
+    let py = py_client(&edge.url(), &probe);
+    let ts = ts_client(
+        &edge.url(),
+        &[&["--mode", "legacy"][..], &probe[..]].concat(),
+    );
+    for (who, out) in [("python (2026-07-28)", &py), ("typescript (legacy)", &ts)] {
+        assert_eq!(out["ok"], true, "{who}: {out}");
+        assert_eq!(names(out, "tools"), ["echo"], "{who}: {out}");
+        assert_eq!(out["calls"]["echo"]["isError"], false, "{who}: {out}");
+        assert_eq!(out["calls"]["whoami"]["isError"], true, "{who}: {out}");
+        assert_eq!(
+            out["calls"]["whoami"].to_string(),
+            out["calls"]["absent_tool"]
+                .to_string()
+                .replace("absent_tool", "whoami"),
+            "{who}: the server's own answer for a tool it does not have"
+        );
+    }
+    assert_eq!(tool_runs(&server, "whoami"), 0, "the hidden tool never ran");
+    assert_eq!(tool_runs(&server, "echo"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,7 +504,7 @@ async fn credentials_are_stripped_unless_the_route_forwards_them() {
     let issuer = Issuer::start().await;
     let mock = Mock::start(Behavior::Json).await;
     let body = format!(
-        "{}{}\n[[routes]]\npath = \"/forward\"\npool = \"main\"\nauth = \"required\"\nforward_credential = true\n",
+        "{}{}\n[[routes]]\npath = \"/forward\"\npool = \"main\"\nauth = \"required\"\nforward_credential = true\n\n[[passthrough]]\npath = \"/oauth/token\"\npool = \"main\"\n",
         issuer.section(""),
         unchecked_pool_and_route(&[mock.addr], "auth = \"required\"")
     );
@@ -443,6 +523,21 @@ async fn credentials_are_stripped_unless_the_route_forwards_them() {
     assert!(
         head.contains(&format!("Bearer {token}")),
         "forwarded: {head}"
+    );
+    // A pass-through route (an OAuth endpoint, say) forwards requests as sent.
+    let passthrough = format!("http://127.0.0.1:{}/oauth/token", edge.port);
+    let r = client()
+        .post(&passthrough)
+        .basic_auth("client", Some("secret"))
+        .body("grant_type=client_credentials")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let head = mock.last().unwrap().head;
+    assert!(
+        head.contains("Basic Y2xpZW50OnNlY3JldA=="),
+        "passed through: {head}"
     );
 }
 

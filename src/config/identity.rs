@@ -215,6 +215,10 @@ fn never_matching(
                 warnings.push(format!(
                     "{here}.resources: '{p}' is not a URI prefix (scheme:…) and can never match"
                 ));
+            } else if !p.ends_with('/') && !p.ends_with(':') {
+                warnings.push(format!(
+                    "{here}.resources: '{p}' also covers '{p}-other…': end it with '/'"
+                ));
             }
         }
         if rule.is_catch_all() && catch_all.is_none() {

@@ -486,7 +486,11 @@ fn passthrough(
             hosts: lower(&p.allowed_hosts),
             cors_max_age: p.cors_max_age_seconds,
             bridge: false,
-            access: Default::default(),
+            // Pass-through routes forward requests as sent, `Authorization` included.
+            access: crate::identity::Access {
+                forward_credential: true,
+                ..Default::default()
+            },
             series: Default::default(),
         });
         let endpoint = Endpoint {

@@ -58,10 +58,20 @@ impl KeySet {
         let doc: Doc =
             serde_json::from_slice(doc).map_err(|e| format!("not a JWKS document: {e}"))?;
         let mut keys = Vec::new();
-        for raw in doc.keys.into_iter().take(MAX_KEYS) {
+        for raw in doc.keys {
+            if keys.len() == MAX_KEYS {
+                break;
+            }
             let Ok(jwk) = serde_json::from_value::<Jwk>(raw) else {
                 continue;
             };
+            // A key for encryption does not verify signatures.
+            if matches!(
+                jwk.common.public_key_use,
+                Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+            ) {
+                continue;
+            }
             let Some(mut algorithms) = family(&jwk) else {
                 continue;
             };
@@ -333,14 +343,21 @@ impl Verifier {
         kid: Option<&str>,
     ) -> Result<Principal, Refusal> {
         let set = self.jwks.keys.load();
-        let mut candidates = set
+        let candidates: Vec<&Key> = set
             .keys
             .iter()
             .filter(|k| k.algorithms.contains(&alg))
             .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
-            .peekable();
-        if candidates.peek().is_none() {
+            .collect();
+        if candidates.is_empty() {
             return Err(Refusal::Invalid(UNKNOWN_KEY));
+        }
+        if kid.is_none() && candidates.len() > 1 {
+            // Without a `kid` only a lone key is tried: trying every key would let one
+            // request cost many signature checks.
+            return Err(Refusal::Invalid(
+                "the token names no key (kid) and the issuer has several",
+            ));
         }
         let mut validation = Validation::new(alg);
         validation.algorithms = vec![alg];

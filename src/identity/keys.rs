@@ -62,6 +62,18 @@ impl ApiKeys {
                 tenant: e.tenant,
                 groups: e.groups,
             };
+            // One subject is one principal: its sessions, rate bucket and rules are shared.
+            if let Some(other) = by_digest
+                .values()
+                .find(|p: &&Principal| p.subject == principal.subject)
+            {
+                if other.tenant != principal.tenant || other.groups != principal.groups {
+                    return Err(format!(
+                        "keys[{i}]: subject '{}' is listed with another tenant or other groups",
+                        principal.subject
+                    ));
+                }
+            }
             if by_digest.insert(digest, principal).is_some() {
                 return Err(format!("keys[{i}]: the same key is listed twice"));
             }

@@ -133,6 +133,11 @@ impl Grant {
 /// `uri` is under `prefix`, and the rest cannot climb out of it on a server that
 /// normalises paths (no `.`/`..` segment, no encoded dot, slash or backslash).
 fn under(prefix: &str, uri: &str) -> bool {
+    // URL parsers drop tabs and line breaks (`.\t./` becomes `..`): no control character or
+    // space anywhere.
+    if uri.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return false;
+    }
     let Some(rest) = uri.strip_prefix(prefix) else {
         return false;
     };
@@ -228,7 +233,9 @@ pub fn absent_answer(
 
 /// What a hidden entry is renamed to on an HTTP+SSE messages POST: a name no server has,
 /// carrying the original (base64url), which the edge puts back in the answer on the stream.
-pub const HIDDEN_PREFIX: &str = "mcp-edge-hidden.";
+/// A URI of a scheme of its own (`mcp-edge-hidden:<base64url>`), so a server that parses
+/// resource URIs still finds it well-formed and answers "not found".
+pub const HIDDEN_PREFIX: &str = "mcp-edge-hidden:";
 
 /// Over HTTP+SSE the answer to a request travels on the event stream, which another replica
 /// may hold: the edge cannot answer for the server there. The request goes on with the
@@ -337,6 +344,61 @@ pub fn restore_hidden(message: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A request the edge will not guess at (a repeated key).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ambiguous;
+
+/// A `subscriptions/listen` request with the hidden URIs cut from
+/// `params.notifications.resourceSubscriptions` (as if the client had not asked for them):
+/// `Ok(None)` when nothing is hidden, `Err` when the body is ambiguous (a repeated key).
+pub fn filter_subscriptions(body: &[u8], grant: &Grant) -> Result<Option<Vec<u8>>, Ambiguous> {
+    let text = std::str::from_utf8(body).map_err(|_| Ambiguous)?;
+    fn single<'a>(object: &'a str, key: &str) -> Result<Option<&'a RawValue>, Ambiguous> {
+        let fields = object_fields(object).ok_or(Ambiguous)?;
+        let mut found = fields.into_iter().filter(|(k, _)| k == key).map(|(_, v)| v);
+        let first = found.next();
+        if found.next().is_some() {
+            return Err(Ambiguous);
+        }
+        Ok(first)
+    }
+    let Some(params) = single(text, "params")? else {
+        return Ok(None);
+    };
+    if !params.get().trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    let Some(notifications) = single(params.get(), "notifications")? else {
+        return Ok(None);
+    };
+    if !notifications.get().trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    let Some(list) = single(notifications.get(), "resourceSubscriptions")? else {
+        return Ok(None);
+    };
+    let Ok(uris) = serde_json::from_str::<Vec<&RawValue>>(list.get()) else {
+        return Ok(None);
+    };
+    let kept: Vec<&str> = uris
+        .iter()
+        .filter(|u| {
+            serde_json::from_str::<String>(u.get())
+                .is_ok_and(|uri| grant.allows(Kind::Resource, &uri))
+        })
+        .map(|u| u.get())
+        .collect();
+    if kept.len() == uris.len() {
+        return Ok(None);
+    }
+    let start = offset(body, list.get()).ok_or(Ambiguous)?;
+    let mut out = Vec::with_capacity(body.len());
+    out.extend_from_slice(&body[..start]);
+    out.extend_from_slice(format!("[{}]", kept.join(",")).as_bytes());
+    out.extend_from_slice(&body[start + list.get().len()..]);
+    Ok(Some(out))
+}
+
 /// Where a list answer keeps its entries, and which field names them.
 const LISTS: [(&str, Kind, &str); 4] = [
     ("tools", Kind::Tool, "name"),
@@ -367,6 +429,10 @@ pub fn filter_list(message: &[u8], grant: &Grant) -> Filtered {
     struct Message<'a> {
         #[serde(borrow)]
         result: Option<&'a RawValue>,
+    }
+    // An object (a derived struct would also read an array, position by position).
+    if message.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Filtered::Unreadable;
     }
     let Ok(m) = serde_json::from_slice::<Message>(message) else {
         return Filtered::Unreadable;
@@ -622,6 +688,28 @@ mod tests {
             "{out}"
         );
         assert!(restore_hidden(b"{}").is_none());
+    }
+
+    #[test]
+    fn subscriptions_lose_hidden_uris_and_controls_never_match() {
+        let a = policy().grant(Some(&who("a")));
+        let body = br#"{"jsonrpc":"2.0","id":"s","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["file:///a/1","file:///b/2"]},"_meta":{}}}"#;
+        let out = String::from_utf8(filter_subscriptions(body, &a).unwrap().unwrap()).unwrap();
+        assert!(
+            out.contains(r#""resourceSubscriptions":["file:///a/1"]},"_meta":{}"#),
+            "{out}"
+        );
+        let twice = br#"{"params":{"notifications":{"resourceSubscriptions":[],"resourceSubscriptions":["file:///b/2"]}}}"#;
+        assert!(filter_subscriptions(twice, &a).is_err());
+        assert_eq!(filter_subscriptions(br#"{"params":{}}"#, &a), Ok(None));
+        // URL parsers drop tabs and line breaks, then resolve the dot segments they leave.
+        assert!(!a.allows(Kind::Resource, "file:///a/.\t./b/x"));
+        assert!(!a.allows(Kind::Resource, "file:///a/.\n./b/x"));
+        assert!(!a.allows(Kind::Resource, "file:///a/x y"));
+        assert_eq!(
+            filter_list(br#"[{"result":{"tools":[{"name":"b_x"}]}}]"#, &a),
+            Filtered::Unreadable
+        );
     }
 
     #[test]

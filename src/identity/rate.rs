@@ -57,6 +57,10 @@ impl Limiter {
     ) -> Result<(), Duration> {
         let mut key = match (who, client) {
             (Some(p), _) => format!("p\0{}", p.key()),
+            // An IPv4 client on a dual-stack listener arrives as `::ffff:a.b.c.d`.
+            (None, Some(ip)) if matches!(ip.to_canonical(), IpAddr::V4(_)) => {
+                format!("a\0{}", ip.to_canonical())
+            }
             (None, Some(IpAddr::V6(v6))) => {
                 let s = v6.segments();
                 format!("a\0{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])

@@ -67,28 +67,40 @@ fn host(req: &RequestHeader) -> Option<&str> {
 }
 
 /// `GET /.well-known/oauth-protected-resource<route path>` for a route with `auth`, when
-/// `[identity] authorization_servers` are configured: the edge's own document.
-pub fn metadata(req: &RequestHeader, snapshot: &Runtime, tls: bool) -> Option<Answer> {
-    let identity = snapshot.identity.as_deref()?;
+/// `[identity] authorization_servers` are configured: the edge's own document, readable by
+/// any page (it is public), for a `Host` the route serves.
+pub fn metadata(
+    req: &RequestHeader,
+    snapshot: &Runtime,
+    tls: bool,
+) -> Result<Option<Answer>, EdgeError> {
+    let Some(identity) = snapshot.identity.as_deref() else {
+        return Ok(None);
+    };
     if identity.authorization_servers.is_empty()
         || !matches!(req.method, http::Method::GET | http::Method::HEAD)
     {
-        return None;
+        return Ok(None);
     }
-    let route_path = req.uri.path().strip_prefix(METADATA_PREFIX)?;
-    let endpoint = snapshot.endpoints.get(route_path)?;
+    let Some(route_path) = req.uri.path().strip_prefix(METADATA_PREFIX) else {
+        return Ok(None);
+    };
+    let Some(endpoint) = snapshot.endpoints.get(route_path) else {
+        return Ok(None);
+    };
     if endpoint.kind != EndpointKind::Streamable || endpoint.route.access.auth == AuthMode::None {
-        return None;
+        return Ok(None);
     }
+    super::admit::check_host(req, &endpoint.route)?;
     let scheme = if tls { "https" } else { "http" };
     let doc = identity.metadata_document(scheme, host(req), route_path);
-    Some(Answer {
-        status: 200,
-        body: Bytes::from(doc),
-    })
+    Ok(Some(Answer {
+        public: true,
+        ..Answer::json(200, Bytes::from(doc))
+    }))
 }
 
-/// What the policy and the rate limit need from a POST.
+/// What the policy and the rate limit need from a request.
 pub struct Named<'a> {
     pub era: Option<&'a Era>,
     pub method: Option<&'a str>,
@@ -99,6 +111,14 @@ pub struct Named<'a> {
     pub stream: bool,
     /// An HTTP+SSE messages POST: its answer travels on the event stream.
     pub messages: bool,
+    /// The request's body, when it has one.
+    pub body: Option<&'a [u8]>,
+    /// The request accepts an event stream (legacy servers answer POSTs with one).
+    pub accepts_sse: bool,
+    /// The request's `Mcp-Session-Id` (a legacy server echoes it).
+    pub session: Option<&'a http::HeaderValue>,
+    /// The last `X-Forwarded-For` value (the client, when the peer is a trusted proxy).
+    pub forwarded_for: Option<&'a str>,
 }
 
 /// What the policy makes of a request.
@@ -106,9 +126,9 @@ pub enum Policed {
     Pass,
     /// The edge answers for the server (a hidden entry).
     Answer(Answer),
-    /// An HTTP+SSE POST naming a hidden entry: forwarded under a name no server has (see
-    /// [`policy::disguise`]), for this method.
-    Disguise(String),
+    /// The request goes on with this body: an HTTP+SSE POST naming a hidden entry renamed
+    /// (see [`policy::disguise`]), a `subscriptions/listen` without hidden URIs.
+    Replace(Vec<u8>),
 }
 
 /// The rate limit, then the policy.
@@ -120,12 +140,25 @@ pub fn police(
 ) -> Result<Policed, Rejection> {
     let access = &route.access;
     let reject = |e| Rejection::with_id(e, named.id.cloned());
+    let grant = access
+        .policy
+        .as_ref()
+        .map(|p| p.grant(ctx.principal.as_ref()));
     if let Some(limiter) = &access.rate {
+        // A tool's own bucket only for a name the caller may use (a made-up name must not
+        // buy a fresh bucket): others share the caller's.
         let tool = named
             .target
             .filter(|_| named.method == Some("tools/call"))
-            .map(|t| t.value.as_str());
-        if let Err(wait) = limiter.check(ctx.principal.as_ref(), client, tool) {
+            .map(|t| t.value.as_str())
+            .filter(|name| name.len() <= 128)
+            .filter(|name| {
+                grant
+                    .as_ref()
+                    .is_none_or(|g| g.allows(policy::Kind::Tool, name))
+            });
+        let caller = caller_address(ctx, client, named.forwarded_for);
+        if let Err(wait) = limiter.check(ctx.principal.as_ref(), caller, tool) {
             metrics::get()
                 .rate_limited
                 .with_label_values(&[route.name.as_str()])
@@ -135,47 +168,107 @@ pub fn police(
             }));
         }
     }
-    let Some(policy) = &access.policy else {
+    let Some(grant) = grant else {
         return Ok(Policed::Pass);
     };
-    let grant = policy.grant(ctx.principal.as_ref());
     if named.batch {
         return Err(reject(EdgeError::BatchRefused));
     }
-    if let (Some(target), Some(method)) = (named.target, named.method) {
-        if !grant.allows(target.kind, &target.value) {
+    if let Some(method) = named.method {
+        // (Over HTTP+SSE the answer comes on the stream, filtered there.)
+        if LIST_METHODS.contains(&method) && !named.messages {
+            // Filtered whatever the id (one too long to read is answered as `null`).
+            ctx.answering_list = Some(named.id.cloned().unwrap_or(Value::Null));
+        }
+    }
+    ctx.filter_stream = named.stream;
+    let policed = match (named.target, named.method) {
+        (Some(target), Some(method)) if !grant.allows(target.kind, &target.value) => {
             metrics::get()
                 .policy_refusals
                 .with_label_values(&[route.name.as_str(), grant.rule()])
                 .inc();
-            let Some(id) = named.id else {
-                // A notification: accepted, as a server accepts one, and dropped.
-                return Ok(Policed::Answer(Answer {
-                    status: 202,
-                    body: Bytes::new(),
-                }));
-            };
-            if named.messages {
-                ctx.grant = Some(grant);
-                return Ok(Policed::Disguise(method.to_owned()));
+            hidden(&named, access.absent_as, method, target)?
+        }
+        (_, Some("subscriptions/listen")) => {
+            match named
+                .body
+                .map(|b| policy::filter_subscriptions(b, &grant))
+                .transpose()
+            {
+                Ok(Some(Some(body))) => Policed::Replace(body),
+                Ok(_) => Policed::Pass,
+                Err(policy::Ambiguous) => {
+                    return Err(reject(EdgeError::InvalidRequest {
+                        detail: "a key appears more than once in the subscriptions".into(),
+                    }))
+                }
             }
-            let modern = matches!(named.era, Some(Era::Modern(_)));
-            let (status, body) =
-                policy::absent_answer(access.absent_as, modern, method, target, id);
-            return Ok(Policed::Answer(Answer {
-                status,
-                body: Bytes::from(body),
-            }));
         }
-    }
-    if let (Some(method), Some(id)) = (named.method, named.id) {
-        if LIST_METHODS.contains(&method) {
-            ctx.answering_list = Some(id.clone());
-        }
-    }
-    ctx.filter_stream = named.stream;
+        _ => Policed::Pass,
+    };
     ctx.grant = Some(grant);
-    Ok(Policed::Pass)
+    Ok(policed)
+}
+
+/// A request naming a hidden entry: answered as the server answers an absent one.
+fn hidden(
+    named: &Named<'_>,
+    style: policy::AbsentAs,
+    method: &str,
+    target: &Target,
+) -> Result<Policed, Rejection> {
+    let Some(id) = named.id else {
+        // A notification (or an id too long to read): accepted, as a server accepts one,
+        // and dropped.
+        return Ok(Policed::Answer(Answer::json(202, Bytes::new())));
+    };
+    if named.messages {
+        // Over HTTP+SSE the answer belongs on the stream, which another replica may hold.
+        return match named.body.and_then(|b| policy::disguise(b, method)) {
+            Some(body) => Ok(Policed::Replace(body)),
+            None => Err(Rejection::with_id(
+                EdgeError::InvalidRequest {
+                    detail: "params do not name what the method needs".into(),
+                },
+                Some(id.clone()),
+            )),
+        };
+    }
+    let modern = matches!(named.era, Some(Era::Modern(_)));
+    let (status, json) = policy::absent_answer(style, modern, method, target, id);
+    if modern || !named.accepts_sse {
+        return Ok(Policed::Answer(Answer::json(status, Bytes::from(json))));
+    }
+    // Legacy servers answer a POST that accepts an event stream with one (Python with CRLF
+    // line ends), echoing the session.
+    let end = if style == policy::AbsentAs::Python {
+        "\r\n"
+    } else {
+        "\n"
+    };
+    let event = format!("event: message{end}data: {json}{end}{end}");
+    Ok(Policed::Answer(Answer {
+        content_type: "text/event-stream",
+        session: named.session.cloned(),
+        ..Answer::json(status, Bytes::from(event))
+    }))
+}
+
+/// Who an anonymous caller is: its address, or behind a trusted proxy the client the proxy
+/// names (the rightmost `X-Forwarded-For` entry that is not a trusted proxy).
+fn caller_address(ctx: &Ctx, peer: Option<IpAddr>, forwarded: Option<&str>) -> Option<IpAddr> {
+    let peer = peer.map(|ip| ip.to_canonical())?;
+    let forwarding = &ctx.snapshot.forwarding;
+    if ctx.principal.is_some() || !forwarding.trusts(peer) {
+        return Some(peer);
+    }
+    forwarded?
+        .rsplit(',')
+        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
+        .find(|ip| !forwarding.trusts(*ip))
+        .or(Some(peer))
 }
 
 /// The requests whose answers a policy filters.
@@ -197,16 +290,22 @@ pub fn filter_lists(resp: &mut ResponseHeader, ctx: &mut Ctx) -> pingora::Result
     }
     let encoded = resp
         .headers
-        .get(http::header::CONTENT_ENCODING)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    if encoded {
-        // Asked without Accept-Encoding, and compressed anyway: it cannot be filtered.
-        return Err(pingora::Error::because(
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let unfilterable = |detail: &str| {
+        pingora::Error::because(
             pingora::ErrorType::HTTPStatus(502),
             "filtering a list answer",
             EdgeError::UpstreamError {
-                detail: "the server compressed an answer the route's policy must filter".into(),
+                detail: detail.into(),
             },
+        )
+    };
+    if encoded {
+        // Asked without Accept-Encoding, and compressed anyway: it cannot be filtered.
+        return Err(unfilterable(
+            "the server compressed an answer the route's policy must filter",
         ));
     }
     let content_type = resp
@@ -218,9 +317,16 @@ pub fn filter_lists(resp: &mut ResponseHeader, ctx: &mut Ctx) -> pingora::Result
         answering: ctx.answering_list.clone(),
         hidden: 0,
     };
+    let answering = filter.answering.is_some();
     match ctx.convert.as_mut() {
-        Some(rewrite) => rewrite.filter = Some(filter),
+        Some(rewrite) => rewrite.set_filter(filter),
         None => ctx.convert = Rewrite::new(content_type.as_deref(), None, Some(filter)),
+    }
+    if ctx.convert.is_none() && answering && resp.status == http::StatusCode::OK {
+        // Neither JSON nor an event stream: not something the edge can filter.
+        return Err(unfilterable(
+            "the server answered a list request with a body the edge cannot filter",
+        ));
     }
     if ctx.convert.is_some() {
         // Entries leave the body: let Pingora re-frame it.

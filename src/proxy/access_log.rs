@@ -55,6 +55,11 @@ struct Line<'a> {
     error: Option<&'static str>,
     duration_ms: f64,
     bytes_sent: usize,
+    /// Who called, on a route with `auth` (the principal's subject and tenant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<&'a str>,
 }
 
 fn log_line(session: &Session, ctx: &Ctx, outcome: Outcome) {
@@ -73,6 +78,8 @@ fn log_line(session: &Session, ctx: &Ctx, outcome: Outcome) {
         error: ctx.error.as_ref().map(|e| e.kind().as_str()),
         duration_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         bytes_sent: session.body_bytes_sent(),
+        principal: ctx.principal.as_ref().map(|p| p.subject.as_str()),
+        tenant: ctx.principal.as_ref().and_then(|p| p.tenant.as_deref()),
     };
     let mut json = Vec::with_capacity(320);
     // Serializing borrowed strings and numbers into a Vec cannot fail.

@@ -46,7 +46,7 @@ pub async fn admit(
     ctx.slots.push(load.request(&snapshot.limits)?);
     keep_alive(session, &snapshot);
     check_head_size(session.req_header(), &snapshot)?;
-    if let Some(answer) = access::metadata(session.req_header(), &snapshot, ctx.tls) {
+    if let Some(answer) = access::metadata(session.req_header(), &snapshot, ctx.tls)? {
         body::discard(session, ctx, &load.budget).await?;
         return Ok(Admission::Answer(answer));
     }
@@ -77,35 +77,38 @@ pub async fn admit(
         .client_addr()
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
+    let req = session.req_header();
     let named = access::Named {
         era: request.era.as_ref(),
         method: request.method.as_deref(),
         id: request.id.as_ref(),
         target: request.target.as_ref(),
         batch: request.batch,
-        stream: session.req_header().method == Method::GET,
+        stream: req.method == Method::GET,
         messages: endpoint.kind == EndpointKind::Messages,
+        body: request.body.as_ref().map(|b| &b.bytes[..]),
+        accepts_sse: req.headers.get_all(http::header::ACCEPT).iter().any(|v| {
+            v.as_bytes()
+                .windows(17)
+                .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
+        }),
+        session: req.headers.get(crate::mcp::headers::SESSION_ID),
+        forwarded_for: req
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok()),
     };
     let mut body_len = None;
-    let policed = access::police(ctx, &endpoint.route, client, named)?;
-    match policed {
+    match access::police(ctx, &endpoint.route, client, named)? {
         access::Policed::Pass => {}
         access::Policed::Answer(answer) => return Ok(Admission::Answer(answer)),
-        access::Policed::Disguise(method) => {
-            let disguised = request
-                .body
-                .as_ref()
-                .and_then(|b| crate::identity::policy::disguise(&b.bytes, &method));
-            let (Some(body), Some(disguised)) = (request.body.as_mut(), disguised) else {
-                return Err(Rejection::with_id(
-                    EdgeError::InvalidRequest {
-                        detail: "params do not name what the method needs".into(),
-                    },
-                    request.id.clone(),
-                ));
-            };
-            body_len = Some(disguised.len());
-            body.bytes = bytes::Bytes::from(disguised);
+        access::Policed::Replace(replaced) => {
+            if let Some(body) = request.body.as_mut() {
+                body_len = Some(replaced.len());
+                body.bytes = bytes::Bytes::from(replaced);
+            }
         }
     }
     if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
@@ -173,7 +176,7 @@ fn route(req: &RequestHeader, snapshot: &Runtime) -> Result<Endpoint, EdgeError>
 }
 
 /// The `Host` (or HTTP/2 `:authority`) must be on the route's allowlist when it has one.
-fn check_host(req: &RequestHeader, route: &Route) -> Result<(), EdgeError> {
+pub(super) fn check_host(req: &RequestHeader, route: &Route) -> Result<(), EdgeError> {
     if route.hosts.is_empty() {
         return Ok(());
     }
@@ -257,7 +260,14 @@ async fn request(
                     verdict.id,
                 ));
             }
-            let task = tasks::admit(&verdict, &mut body, &ctx.snapshot, &endpoint.route);
+            let principal = ctx.principal.as_ref().map(|p| p.binding());
+            let task = tasks::admit(
+                &verdict,
+                &mut body,
+                &ctx.snapshot,
+                &endpoint.route,
+                principal,
+            );
             let bridged = (endpoint.route.bridge
                 && verdict.era == Era::Legacy
                 && endpoint.kind == EndpointKind::Streamable)

@@ -40,13 +40,7 @@ use crate::session::affinity::now_secs;
 use crate::session::token::{self, Claims, Kind};
 use crate::session::Sessions;
 
-/// An answer the edge gives itself.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: u16,
-    /// JSON, or empty.
-    pub body: Bytes,
-}
+pub use super::respond::Answer;
 
 /// A request forwarded as a 2026-07-28 one.
 #[derive(Debug)]
@@ -160,12 +154,7 @@ pub fn post(
     if !method.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
         return Err(invalid("method must be visible ASCII"));
     }
-    let answer = |body: String| {
-        Ok(Bridged::Answer(Answer {
-            status: 200,
-            body: Bytes::from(body),
-        }))
-    };
+    let answer = |body: String| Ok(Bridged::Answer(Answer::json(200, Bytes::from(body))));
     let id = id.get();
     match method {
         "ping" | "logging/setLevel" => {
@@ -210,17 +199,11 @@ fn subject(params: &RawValue, key: &str) -> Option<String> {
 
 /// `DELETE` of a bridged session: nothing is held, nothing to end.
 pub fn delete() -> Answer {
-    Answer {
-        status: 200,
-        body: Bytes::new(),
-    }
+    Answer::json(200, Bytes::new())
 }
 
 fn accepted() -> Answer {
-    Answer {
-        status: 202,
-        body: Bytes::new(),
-    }
+    Answer::json(202, Bytes::new())
 }
 
 /// What an `initialize` declares, as the bridge carries it.

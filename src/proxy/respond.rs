@@ -27,8 +27,35 @@ pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) 
     drain_unread_body(session, ctx).await;
 }
 
-/// Write an answer the edge gives itself (a bridged legacy message).
-pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: super::bridge::Answer) {
+/// An answer the edge gives itself (a bridged legacy message, a hidden entry, a metadata
+/// document).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// The body (empty: none).
+    pub body: Bytes,
+    /// `application/json` or `text/event-stream`.
+    pub content_type: &'static str,
+    /// `Mcp-Session-Id` to echo.
+    pub session: Option<http::HeaderValue>,
+    /// Readable by any origin's page (a public metadata document).
+    pub public: bool,
+}
+
+impl Answer {
+    pub fn json(status: u16, body: Bytes) -> Answer {
+        Answer {
+            status,
+            body,
+            content_type: "application/json",
+            session: None,
+            public: false,
+        }
+    }
+}
+
+/// Write an answer the edge gives itself.
+pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: Answer) {
     ctx.answered = true;
     let Ok(mut resp) = answer_head(&answer) else {
         return;
@@ -60,12 +87,18 @@ pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: super::bridge:
     }
 }
 
-fn answer_head(answer: &super::bridge::Answer) -> pingora::Result<ResponseHeader> {
-    let mut resp = ResponseHeader::build(answer.status, Some(3))?;
+fn answer_head(answer: &Answer) -> pingora::Result<ResponseHeader> {
+    let mut resp = ResponseHeader::build(answer.status, Some(4))?;
     if !answer.body.is_empty() {
-        resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+        resp.insert_header(http::header::CONTENT_TYPE, answer.content_type)?;
     }
     resp.insert_header(http::header::CONTENT_LENGTH, answer.body.len().to_string())?;
+    if let Some(id) = &answer.session {
+        resp.insert_header(crate::mcp::headers::SESSION_ID, id.clone())?;
+    }
+    if answer.public {
+        resp.insert_header(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")?;
+    }
     Ok(resp)
 }
 

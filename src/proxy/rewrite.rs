@@ -50,6 +50,8 @@ pub struct Rewrite {
     pub filter: Option<ListFilter>,
     limit: usize,
     held: Vec<u8>,
+    /// Where the search for the end of the held event resumes (a line start).
+    scanned: usize,
     passing: Option<Pass>,
     /// While passing an event: the last byte ended a line (`at_line_start`), was a CR.
     at_line_start: bool,
@@ -83,15 +85,27 @@ impl Rewrite {
             filter,
             limit,
             held: Vec::new(),
+            scanned: 0,
             passing: None,
             at_line_start: true,
             after_cr: false,
         })
     }
 
-    /// What this rewrite may hold at once (reserved in the memory budget).
-    pub fn limit(&self) -> usize {
-        self.limit
+    /// Filter list answers too; the limit becomes the larger one.
+    pub fn set_filter(&mut self, filter: ListFilter) {
+        let limit = if filter.answering.is_some() {
+            MAX_LIST
+        } else {
+            MAX_STREAM_EVENT
+        };
+        self.limit = self.limit.max(limit);
+        self.filter = Some(filter);
+    }
+
+    /// The bytes held now (reserved in the memory budget as they come).
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
@@ -118,13 +132,23 @@ impl Rewrite {
         }
         self.held.extend_from_slice(rest);
         if self.sse {
-            while let Some(end) = crate::sse::event_end(&self.held) {
+            while let Some(end) =
+                crate::sse::event_end(&self.held[self.scanned..]).map(|e| e + self.scanned)
+            {
                 let event: Vec<u8> = self.held.drain(..end).collect();
+                self.scanned = 0;
                 out.extend_from_slice(&self.rewrite_event(&event));
             }
+            // Tiny chunks must not make the search quadratic: resume at the last line start.
+            self.scanned = self
+                .held
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
         }
         if self.held.len() > self.limit {
             let held = std::mem::take(&mut self.held);
+            self.scanned = 0;
             let pass = self.oversized(&held, &mut out);
             self.passing = Some(pass);
             if self.sse {
@@ -246,9 +270,14 @@ impl Rewrite {
         rewritten
     }
 
-    /// One event with its data rewritten (as one `data:` line), or as it came.
+    /// One event with its data rewritten (its lines as `data:` lines where the first one
+    /// was), or as it came.
     fn rewrite_event(&mut self, event: &[u8]) -> Vec<u8> {
         let Ok(text) = std::str::from_utf8(event) else {
+            if let Some(id) = self.filter.as_ref().and_then(|f| f.answering.as_ref()) {
+                // The answer to a list request that cannot be read is not shown.
+                return [b"event: message\ndata: ", &unreadable(id)[..], b"\n\n"].concat();
+            }
             return event.to_vec();
         };
         let lines = split_lines(text);
@@ -269,9 +298,11 @@ impl Rewrite {
         for (line, end) in lines {
             if line.starts_with("data:") {
                 if !written {
-                    out.push_str("data: ");
-                    out.push_str(&rewritten);
-                    out.push_str(end);
+                    for data in rewritten.split('\n') {
+                        out.push_str("data: ");
+                        out.push_str(data);
+                        out.push_str(if end.is_empty() { "\n" } else { end });
+                    }
                     written = true;
                 }
             } else {
@@ -281,6 +312,26 @@ impl Rewrite {
         }
         out.into_bytes()
     }
+}
+
+/// Keep the memory budget's reservation for a rewrite at what it holds (at least what a
+/// bridged conversion reserved up front); an answer the budget has no room for is cut.
+pub fn account(ctx: &mut super::ctx::Ctx) -> pingora::Result<()> {
+    let (Some(rewrite), Some(room)) = (&ctx.convert, ctx.convert_room.as_mut()) else {
+        return Ok(());
+    };
+    let bridged = ctx.admitted.as_ref().is_some_and(|a| a.bridge.is_some());
+    let floor = if bridged { MAX_CONVERTED } else { 0 };
+    if room.try_fit(rewrite.held().max(floor)) {
+        return Ok(());
+    }
+    Err(pingora::Error::because(
+        pingora::ErrorType::HTTPStatus(503),
+        "rewriting an answer",
+        crate::error::EdgeError::Overloaded {
+            limit: "memory budget",
+        },
+    ))
 }
 
 /// The first bytes of an event name a list key (`"tools"`, `"prompts"`, `"resources"`,

@@ -75,6 +75,7 @@ pub fn admit(
     body: &mut Body,
     snapshot: &Runtime,
     route: &Route,
+    principal: Option<[u8; 16]>,
 ) -> Result<Option<TaskRole>, EdgeError> {
     let Some(sessions) = snapshot.sessions.as_deref() else {
         return Ok(None);
@@ -88,7 +89,7 @@ pub fn admit(
             let Some(sealed) = verdict.name.as_deref().and_then(|n| n.strip_prefix(PREFIX)) else {
                 return Ok(None);
             };
-            let claims = open(sessions, sealed, route)?;
+            let claims = open(sessions, sealed, route, principal)?;
             let Some(member) = route.pool.find(&claims.member) else {
                 return Err(refused("its server left the pool"));
             };
@@ -110,13 +111,21 @@ fn refused(reason: &'static str) -> EdgeError {
     EdgeError::TaskUnknown { reason }
 }
 
-fn open(sessions: &Sessions, sealed: &str, route: &Route) -> Result<Claims, EdgeError> {
+fn open(
+    sessions: &Sessions,
+    sealed: &str,
+    route: &Route,
+    principal: Option<[u8; 16]>,
+) -> Result<Claims, EdgeError> {
     // A task lives as long as its server keeps it (its `ttlSeconds`, maybe unlimited), and
     // polling echoes the id it was given: the edge sets no age of its own.
     let claims = token::open_kind(&sessions.ring, sealed, now_secs(), u64::MAX, Kind::Task)
         .map_err(|e| refused(e.reason()))?;
     if claims.pool != route.pool.name {
         return Err(refused("issued for another pool"));
+    }
+    if claims.credential.is_some() && claims.credential != principal {
+        return Err(refused("another caller's task"));
     }
     Ok(claims)
 }
@@ -218,6 +227,7 @@ pub fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
     };
     let followed = admitted.task.as_ref().and_then(TaskRole::followed);
     let pool = admitted.route.pool.name.as_str();
+    let binding = ctx.principal.as_ref().map(|p| p.binding());
     let mut failure = None;
     let mut swap = |upstream_id: &str| -> Option<String> {
         if let Some(f) = followed.filter(|f| f.upstream_id == upstream_id) {
@@ -226,7 +236,7 @@ pub fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
         if let Some((_, id)) = sealed.0.iter().find(|(u, _)| u == upstream_id) {
             return Some(id.clone());
         }
-        match seal(sessions, pool, &member.label, upstream_id) {
+        match seal(sessions, pool, &member.label, upstream_id, binding) {
             // Too long for a token: passed through as it is (its requests go round-robin).
             Ok(None) => None,
             Ok(Some(id)) => {
@@ -278,13 +288,15 @@ fn seal(
     pool: &str,
     member: &str,
     upstream_id: &str,
+    principal: Option<[u8; 16]>,
 ) -> Result<Option<String>, EdgeError> {
     let claims = Claims {
         pool: pool.to_string(),
         member: member.to_string(),
         upstream_id: upstream_id.to_string(),
         issued_at: now_secs(),
-        credential: None,
+        // On a route with `auth`, a task is its principal's (a refreshed token keeps it).
+        credential: principal,
     };
     let t =
         token::seal_kind(&sessions.ring, &claims, Kind::Task).map_err(|e| EdgeError::Internal {

@@ -36,13 +36,16 @@ instance = args.instance
 mcp = MCPServer(f"py-peer-{instance}", version="1.0.0", log_level="WARNING")
 
 
+# `TOOL <name>` on stderr for every run of echo and whoami: tests check what reached the server.
 @mcp.tool(description="echo text")
 def echo(text: str) -> str:
+    print("TOOL echo", file=sys.stderr, flush=True)
     return f"{instance}:{text}"
 
 
 @mcp.tool(description="instance name")
 def whoami() -> str:
+    print("TOOL whoami", file=sys.stderr, flush=True)
     return instance
 
 
