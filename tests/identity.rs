@@ -740,13 +740,63 @@ async fn exchange(rb: reqwest::RequestBuilder) -> Resp {
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     let text = r.text().await.unwrap_or_default();
+    // A JSON body, or the last message of an event stream.
+    let json = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .next_back()
+            .unwrap_or(Value::Null)
+    });
     Resp {
         status,
         headers,
-        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+        json,
     }
 }
 
 fn sha256_hex_of(s: &str) -> String {
     common::mock::sha256_hex(s.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_belongs_to_the_principal_that_created_it() {
+    let issuer = Issuer::start().await;
+    let server = Mock::start(Behavior::Tasks { prefix: "t".into() }).await;
+    let edge = start_edge(&format!(
+        "{}{}",
+        issuer.section(""),
+        unchecked_pool_and_route(&[server.addr], "auth = \"required\"")
+    ));
+    let c = client();
+    let alice = issuer.token(&issuer.rsa, "alice", "a");
+    let mut create = modern_body(
+        json!(1),
+        "tools/call",
+        json!({"name": "long", "arguments": {}}),
+    );
+    create["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let r = exchange(modern_request(&c, &edge.url(), &create).bearer_auth(&alice)).await;
+    let task = r.json["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(task.starts_with("mcp-edge-task."), "{r:?}");
+    let get = |token: String| {
+        let body = modern_body(json!(2), "tasks/get", json!({ "taskId": task }));
+        let rb = modern_request(&c, &edge.url(), &body)
+            .header("mcp-name", task.as_str())
+            .bearer_auth(token);
+        async move { exchange(rb).await }
+    };
+    // Another principal with the id gets what a server says of an unknown task.
+    let bob = issuer.token(&issuer.rsa, "bob", "a");
+    let r = get(bob).await;
+    assert_eq!(r.json["error"]["code"], -32602, "{r:?}");
+    assert_eq!(r.header("x-mcp-edge-error"), Some("task_unknown"));
+    // Its owner, with a refreshed token from another key, follows it.
+    let r = get(issuer.token(&issuer.ed, "alice", "a")).await;
+    assert_eq!(r.json["result"]["taskId"], task.as_str(), "{r:?}");
+    assert_eq!(server.task_misses(), 0);
 }
