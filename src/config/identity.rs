@@ -64,6 +64,7 @@ pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<
                             groups_claim: j.groups_claim.clone(),
                         },
                         jwks: Arc::new(jwks),
+                        cache: Default::default(),
                     })
                 }
                 Err(e) => errs.push(format!("{at}: {e}")),

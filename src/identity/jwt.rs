@@ -3,6 +3,7 @@
 //! from a file or an HTTPS URL; the URL is fetched by the maintenance service, off the
 //! request path ([`Jwks::refresh`]), and again soon after a token names an unknown `kid`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -202,6 +203,11 @@ impl Jwks {
         })
     }
 
+    /// Bumped by every fetch that ended (verified tokens are trusted only within one).
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
     /// Keep the keys another instance fetched from the same source (a reload).
     pub fn inherit(&self, old: &Jwks) {
         if self.source == old.source && self.client.is_some() {
@@ -311,10 +317,79 @@ async fn fetch(client: &reqwest::Client, url: &str) -> Result<KeySet, String> {
 pub struct Verifier {
     pub settings: JwtSettings,
     pub jwks: Arc<Jwks>,
+    pub cache: TokenCache,
+}
+
+/// Tokens verified lately, by SHA-256 of the token: a client sends the same token with
+/// every request, and a signature check costs tens of microseconds. An entry lasts until
+/// the token's `exp` (with the skew), at most [`CACHE_TTL`], and only while the key set is
+/// the one it was verified with.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    entries: Mutex<HashMap<[u8; 32], Cached>>,
+}
+
+#[derive(Debug, Clone)]
+struct Cached {
+    principal: Principal,
+    until: u64,
+    generation: u64,
+}
+
+/// The longest a verified token is trusted without checking it again.
+pub const CACHE_TTL: Duration = Duration::from_secs(60);
+/// Entries kept at most (about 200 bytes each); when full the cache starts over.
+const CACHE_ENTRIES: usize = 10_000;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl TokenCache {
+    fn get(&self, key: &[u8; 32], generation: u64) -> Option<Principal> {
+        let entries = self.entries.lock().ok()?;
+        let hit = entries.get(key)?;
+        (hit.generation == generation && unix_now() < hit.until).then(|| hit.principal.clone())
+    }
+
+    fn put(&self, key: [u8; 32], cached: Cached) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= CACHE_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(key, cached);
+        }
+    }
 }
 
 impl Verifier {
     pub async fn verify(&self, token: &str) -> Result<Principal, Refusal> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut key = [0u8; 32];
+        key.copy_from_slice(digest.as_ref());
+        let generation = self.jwks.generation();
+        if let Some(principal) = self.cache.get(&key, generation) {
+            return Ok(principal);
+        }
+        let (principal, exp) = self.verify_uncached(token).await?;
+        let until = exp
+            .saturating_add(self.settings.leeway.as_secs())
+            .min(unix_now() + CACHE_TTL.as_secs());
+        self.cache.put(
+            key,
+            Cached {
+                principal: principal.clone(),
+                until,
+                // The set it was verified with (a refetch may have happened meanwhile).
+                generation: generation.max(self.jwks.generation()),
+            },
+        );
+        Ok(principal)
+    }
+
+    async fn verify_uncached(&self, token: &str) -> Result<(Principal, u64), Refusal> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| Refusal::Invalid("the token is not a JWT this edge accepts"))?;
         if !self.settings.algorithms.contains(&header.alg) {
@@ -341,7 +416,7 @@ impl Verifier {
         token: &str,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Principal, Refusal> {
+    ) -> Result<(Principal, u64), Refusal> {
         let set = self.jwks.keys.load();
         let candidates: Vec<&Key> = set
             .keys
@@ -369,7 +444,10 @@ impl Verifier {
         let mut last = Refusal::Invalid("the token's signature does not verify");
         for key in candidates {
             match jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation) {
-                Ok(data) => return self.principal(data.claims),
+                Ok(data) => {
+                    let exp = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+                    return self.principal(data.claims).map(|p| (p, exp));
+                }
                 Err(e) => {
                     use jsonwebtoken::errors::ErrorKind as K;
                     last = match e.kind() {

@@ -425,10 +425,11 @@ pub enum Filtered {
 /// Cut the entries `grant` hides out of a list answer, byte-exact elsewhere (the
 /// `nextCursor` and everything else stay as they are).
 pub fn filter_list(message: &[u8], grant: &Grant) -> Filtered {
+    // The result's fields are read in the same pass as the message.
     #[derive(Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
-        result: Option<&'a RawValue>,
+        result: Option<Fields<'a>>,
     }
     // An object (a derived struct would also read an array, position by position).
     if message.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
@@ -437,14 +438,8 @@ pub fn filter_list(message: &[u8], grant: &Grant) -> Filtered {
     let Ok(m) = serde_json::from_slice::<Message>(message) else {
         return Filtered::Unreadable;
     };
-    let Some(result) = m.result else {
+    let Some(Fields::Object(fields)) = m.result else {
         return Filtered::NotAList;
-    };
-    if !result.get().trim_start().starts_with('{') {
-        return Filtered::NotAList;
-    }
-    let Some(fields) = object_fields(result.get()) else {
-        return Filtered::Unreadable;
     };
     let mut cuts: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     let mut hidden = 0;
@@ -505,47 +500,96 @@ pub fn filter_list(message: &[u8], grant: &Grant) -> Filtered {
 /// The top-level fields of a JSON object, in order, duplicates included (`None` when it
 /// is not one).
 fn object_fields(object: &str) -> Option<Vec<(String, &RawValue)>> {
-    struct Fields<'a>(Vec<(String, &'a RawValue)>);
-    impl<'de> Deserialize<'de> for Fields<'de> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Fields<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("an object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Self::Value, A::Error> {
-                    let mut out = Vec::new();
-                    while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                        let v: &'de RawValue = map.next_value()?;
-                        out.push((k.into_owned(), v));
-                    }
-                    Ok(Fields(out))
-                }
-            }
-            d.deserialize_map(V)
-        }
+    match serde_json::from_str::<Fields>(object).ok()? {
+        Fields::Object(fields) => Some(
+            fields
+                .into_iter()
+                .map(|(k, v)| (k.into_owned(), v))
+                .collect(),
+        ),
+        Fields::Other => None,
     }
-    serde_json::from_str::<Fields>(object).ok().map(|f| f.0)
+}
+
+/// A JSON value read as an object's fields, in order, duplicates included (each value
+/// left raw), or as something else.
+enum Fields<'a> {
+    Object(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(Fields::Object(out))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Fields::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Fields::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// An entry's `name` / `uri` / `uriTemplate`; `None` when missing, repeated or not a
 /// string (such an entry is hidden).
-fn entry_name(item: &str, field: &str) -> Option<String> {
-    let fields = object_fields(item)?;
-    let mut found = None;
-    for (k, v) in fields {
-        if k == field {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(serde_json::from_str::<String>(v.get()).ok()?);
-        }
+fn entry_name<'a>(item: &'a str, field: &str) -> Option<std::borrow::Cow<'a, str>> {
+    use std::borrow::Cow;
+    // Derived: other fields are skipped unparsed; a repeated one is an error.
+    #[derive(Deserialize)]
+    struct Entry<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        uri: Option<Cow<'a, str>>,
+        #[serde(borrow, rename = "uriTemplate")]
+        uri_template: Option<Cow<'a, str>>,
     }
-    found
+    if !item.trim_start().starts_with('{') {
+        return None;
+    }
+    let entry: Entry<'a> = serde_json::from_str(item).ok()?;
+    match field {
+        "name" => entry.name,
+        "uri" => entry.uri,
+        _ => entry.uri_template,
+    }
 }
 
 /// Where `inner` (borrowed from `outer`) starts in it.
