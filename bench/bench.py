@@ -197,7 +197,7 @@ def main():
     results = {"meta": {
         "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": command_out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
-        "command": "bash bench/run.sh" + (" --quick" if QUICK else ""),
+        "command": "bash bench/run.sh" + "".join(f" {a}" for a in sys.argv[1:]),
         "cpu": command_out(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
         "cores": os.cpu_count(),
         "load_start": loadavg(),
@@ -207,6 +207,15 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
+        if "--identity" in sys.argv:
+            # Only the identity part (bench/identity.py), with the full rounds.
+            results["identity"] = identity.run(sys.modules[__name__], work, start_upstream())
+            cleanup()
+            print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
+                  f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
+                  f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
+            print(identity.block(results["identity"]))
+            return
         run(work, results)
     finally:
         cleanup()

@@ -4,6 +4,7 @@
 # with the same certificate, bench/tls.py). Installs nginx, HAProxy, wrk and openssl
 # from Debian when missing, builds in release mode, then runs bench/bench.py.
 # Usage: bash bench/run.sh [--quick]      (--quick: a few seconds, checks the harness works)
+#        bash bench/run.sh --identity     (only token validation and list filtering, bench/identity.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ cargo build --release --quiet --bin mcp-edge --example bench_upstream --example 
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt
-if [ "${1:-}" != "--quick" ]; then
+if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ]; then
   cargo bench --quiet --bench tokens | tee -a bench/results/micro.txt
   cargo bench --quiet --bench inspect | tee -a bench/results/micro.txt
 fi

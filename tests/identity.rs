@@ -800,3 +800,34 @@ async fn a_task_belongs_to_the_principal_that_created_it() {
     assert_eq!(r.json["result"]["taskId"], task.as_str(), "{r:?}");
     assert_eq!(server.task_misses(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_token_is_remembered_no_longer_than_it_is_valid() {
+    let issuer = Issuer::start().await;
+    let mock = Mock::start(Behavior::Json).await;
+    let section = issuer
+        .section("")
+        .replace("groups_claim = \"groups\"\n", "groups_claim = \"groups\"\nleeway_seconds = 0\n");
+    let edge = start_edge(&format!(
+        "{section}{}",
+        unchecked_pool_and_route(&[mock.addr], "auth = \"required\"")
+    ));
+    let c = client();
+    let list = modern_body(json!(1), "tools/list", json!({}));
+    let mut short = claims(ISS, AUD, "alice", "a");
+    let exp = now() + 2;
+    short["exp"] = json!(exp);
+    let token = issuer.ec.sign(&short);
+    let status = || {
+        let rb = modern_request(&c, &edge.url(), &list).bearer_auth(&token);
+        async move { exchange(rb).await.status }
+    };
+    assert_eq!(status().await, 200);
+    assert_eq!(status().await, 200, "again, from the cache");
+    // Refused once it expires, though it was verified (and remembered) before.
+    wait_until(PATIENCE, "the expired token refused", async || {
+        status().await == 401
+    })
+    .await;
+    assert!(now() >= exp, "refused only after its exp");
+}

@@ -310,7 +310,8 @@ pub fn disguise(body: &[u8], method: &str) -> Option<Vec<u8>> {
 pub fn restore_hidden(message: &[u8]) -> Option<Vec<u8>> {
     use base64::Engine;
     let prefix = HIDDEN_PREFIX.as_bytes();
-    let mut first = message.windows(prefix.len()).position(|w| w == prefix)?;
+    let finder = memchr::memmem::Finder::new(prefix);
+    let mut first = finder.find(message)?;
     let mut out = Vec::with_capacity(message.len());
     let mut at = 0;
     loop {
@@ -332,10 +333,7 @@ pub fn restore_hidden(message: &[u8]) -> Option<Vec<u8>> {
             None => out.extend_from_slice(&message[first..end]),
         }
         at = end;
-        match message[at..]
-            .windows(prefix.len())
-            .position(|w| w == prefix)
-        {
+        match finder.find(&message[at..]) {
             Some(n) => first = at + n,
             None => break,
         }

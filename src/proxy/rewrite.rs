@@ -241,8 +241,13 @@ impl Rewrite {
     fn rewrite_message(&mut self, data: &[u8]) -> Option<Vec<u8>> {
         let mut rewritten = None;
         if let Some(filter) = &mut self.filter {
-            // A hidden entry's name, renamed on an HTTP+SSE POST, comes back as it was.
-            let restored = policy::restore_hidden(data);
+            // A hidden entry's name, renamed on an HTTP+SSE POST, comes back as it was (on
+            // the event stream, where such answers arrive).
+            let restored = filter
+                .answering
+                .is_none()
+                .then(|| policy::restore_hidden(data))
+                .flatten();
             let data = restored.as_deref().unwrap_or(data);
             rewritten = restored.clone();
             match policy::filter_list(data, &filter.grant) {
