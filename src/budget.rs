@@ -147,6 +147,9 @@ impl Reservation {
     /// Make this reservation exactly `bytes` without waiting (a rewrite's buffer as it grows
     /// and empties): false, and unchanged, when growing does not fit (the refusal is counted).
     pub fn try_fit(&mut self, bytes: usize) -> bool {
+        if bytes == self.bytes {
+            return true;
+        }
         if bytes > self.bytes {
             if !self.budget.take(bytes - self.bytes) {
                 metrics::get().budget_refusal(self.holder);

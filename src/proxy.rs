@@ -269,14 +269,8 @@ impl ProxyHttp for Edge {
         }
         access::filter_lists(resp, ctx)?;
         if ctx.convert.is_some() {
-            // What a rewrite holds counts in the budget while the answer lasts: a bridged
-            // answer's conversion is reserved at once, list filtering as it holds bytes.
-            let base = if admitted(ctx)?.bridge.is_some() {
-                rewrite::MAX_CONVERTED
-            } else {
-                0
-            };
-            ctx.convert_room = Some(self.load.budget.force(Holder::Body, base));
+            // What a rewrite holds counts in the budget as it holds it (`rewrite::account`).
+            ctx.convert_room = Some(self.load.budget.force(Holder::Body, 0));
         }
         let endpoint = ctx.admitted.as_ref().map(|a| a.endpoint);
         if is_sse && endpoint == Some(EndpointKind::SseStream) {

@@ -805,9 +805,10 @@ async fn a_task_belongs_to_the_principal_that_created_it() {
 async fn a_verified_token_is_remembered_no_longer_than_it_is_valid() {
     let issuer = Issuer::start().await;
     let mock = Mock::start(Behavior::Json).await;
-    let section = issuer
-        .section("")
-        .replace("groups_claim = \"groups\"\n", "groups_claim = \"groups\"\nleeway_seconds = 0\n");
+    let section = issuer.section("").replace(
+        "groups_claim = \"groups\"\n",
+        "groups_claim = \"groups\"\nleeway_seconds = 0\n",
+    );
     let edge = start_edge(&format!(
         "{section}{}",
         unchecked_pool_and_route(&[mock.addr], "auth = \"required\"")
@@ -830,4 +831,86 @@ async fn a_verified_token_is_remembered_no_longer_than_it_is_valid() {
     })
     .await;
     assert!(now() >= exp, "refused only after its exp");
+}
+
+/// A legacy POST on a session: status, `x-mcp-edge-error`, and the JSON of its answer.
+async fn legacy_post(
+    url: &str,
+    token: &str,
+    session: &str,
+    accept: &str,
+    body: &Value,
+) -> (u16, Option<String>, Value) {
+    let r = exchange(
+        client()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", session)
+            .bearer_auth(token)
+            .body(body.to_string()),
+    )
+    .await;
+    let kind = r.header("x-mcp-edge-error").map(String::from);
+    let session_echo = r.header("mcp-session-id").map(String::from);
+    let mut json = r.json;
+    json["_session_echoed"] = json!(session_echo.is_some());
+    (r.status, kind, json)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_requests_for_a_hidden_tool_get_what_they_get_for_an_absent_one() {
+    let issuer = Issuer::start().await;
+    let server = ts_server("legacy-session", "srv");
+    let route = format!("absent_as = \"typescript-v1\"\n{POLICY}");
+    let edge = start_edge(&format!(
+        "{}{}",
+        issuer.section(""),
+        pool_and_route(&[server.addr], &route)
+    ));
+    let token = issuer.token(&issuer.rsa, "alice", "a");
+    let both = "application/json, text/event-stream";
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let r = client()
+        .post(edge.url())
+        .header("content-type", "application/json")
+        .header("accept", both)
+        .bearer_auth(&token)
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    legacy_post(&edge.url(), &token, &session, both, &initialized).await;
+    let call = |id: Value, name: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":{}}});
+    let long = json!("i".repeat(1100));
+    // (session, Accept, id): a session that does not open, an Accept servers refuse, an id
+    // too long for the edge to echo, and a plain request.
+    let cases = [
+        ("bogus", both, json!(1)),
+        (session.as_str(), "application/json", json!(2)),
+        (session.as_str(), both, long),
+        (session.as_str(), both, json!(3)),
+    ];
+    for (sid, accept, id) in cases {
+        let hidden = legacy_post(
+            &edge.url(),
+            &token,
+            sid,
+            accept,
+            &call(id.clone(), "whoami"),
+        )
+        .await;
+        let absent = legacy_post(&edge.url(), &token, sid, accept, &call(id, "absent_tool")).await;
+        let absent = (
+            absent.0,
+            absent.1,
+            serde_json::from_str::<Value>(&absent.2.to_string().replace("absent_tool", "whoami"))
+                .unwrap(),
+        );
+        assert_eq!(hidden, absent, "session {sid}, accept {accept}");
+    }
+    assert_eq!(tool_runs(&server, "whoami"), 0, "the hidden tool never ran");
 }

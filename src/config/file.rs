@@ -151,6 +151,9 @@ pub struct IdentitySection {
     /// Where 401s point clients (RFC 9728); default:
     /// `{scheme}://{Host}/.well-known/oauth-protected-resource{route path}`.
     pub resource_metadata: Option<String>,
+    /// `scheme://host[:port]` clients reach the edge at (TLS ended in front of it); default:
+    /// the listener's scheme and the request's Host.
+    pub resource_origin: Option<String>,
     /// Serve the Protected Resource Metadata document naming these authorization servers.
     #[serde(default)]
     pub authorization_servers: Vec<String>,
@@ -230,9 +233,11 @@ pub struct RateLimitSection {
     pub requests_per_second: NonZeroU32,
     /// Default: `requests_per_second`.
     pub burst: Option<NonZeroU32>,
-    /// One bucket per caller and tool for `tools/call` (other requests share the caller's).
-    #[serde(default)]
-    pub per_tool: bool,
+    /// Each tool a caller calls: at most this many `tools/call` per second (within the
+    /// caller's own rate).
+    pub per_tool_requests_per_second: Option<NonZeroU32>,
+    /// Default: `per_tool_requests_per_second`.
+    pub per_tool_burst: Option<NonZeroU32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -84,6 +84,17 @@ pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<
     if s.jwt.is_none() && s.api_keys_file.is_none() {
         errs.push("identity: configure [identity.jwt], api_keys_file or both".to_string());
     }
+    if let Some(origin) = &s.resource_origin {
+        let rest = origin
+            .strip_prefix("https://")
+            .or_else(|| origin.strip_prefix("http://"));
+        if rest.is_none_or(|r| r.is_empty() || r.contains(['/', '?', '#', '"', ' '])) {
+            errs.push(
+                "identity.resource_origin: must be scheme://host[:port], without a path"
+                    .to_string(),
+            );
+        }
+    }
     if let Some(url) = &s.resource_metadata {
         if !(url.starts_with("https://") || url.starts_with("http://")) {
             errs.push("identity.resource_metadata: must be an absolute http(s) URL".to_string());
@@ -93,6 +104,7 @@ pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<
         jwt: verifier,
         keys,
         resource_metadata: s.resource_metadata.clone(),
+        resource_origin: s.resource_origin.clone(),
         authorization_servers: s.authorization_servers.clone(),
         scopes: s.scopes.clone(),
         max_token_bytes: s.max_token_bytes.get(),
@@ -129,7 +141,9 @@ pub fn access(
         Limiter::new(RateSettings {
             per_second: l.requests_per_second,
             burst: l.burst.unwrap_or(l.requests_per_second),
-            per_tool: l.per_tool,
+            per_tool: l
+                .per_tool_requests_per_second
+                .map(|rate| (rate, l.per_tool_burst.unwrap_or(rate))),
         })
     });
     Access {

@@ -338,7 +338,8 @@ struct Cached {
 
 /// The longest a verified token is trusted without checking it again.
 pub const CACHE_TTL: Duration = Duration::from_secs(60);
-/// Entries kept at most (about 200 bytes each); when full the cache starts over.
+/// Entries kept at most (a digest and a principal: a few hundred bytes, up to a token's
+/// size); when full the cache starts over.
 const CACHE_ENTRIES: usize = 10_000;
 
 fn unix_now() -> u64 {
@@ -382,8 +383,9 @@ impl Verifier {
             Cached {
                 principal: principal.clone(),
                 until,
-                // The set it was verified with (a refetch may have happened meanwhile).
-                generation: generation.max(self.jwks.generation()),
+                // Read before the keys were: a fetch since then (a key removed, say) leaves
+                // this entry stale rather than blessing it.
+                generation,
             },
         );
         Ok(principal)

@@ -108,6 +108,9 @@ pub struct Identity {
     pub keys: Option<keys::ApiKeys>,
     /// Where 401s point (absolute URL); default: derived from each request's Host.
     pub resource_metadata: Option<String>,
+    /// `scheme://host[:port]` clients use (TLS ended in front of the edge); default: each
+    /// request's listener scheme and Host.
+    pub resource_origin: Option<String>,
     /// Served in the edge's Protected Resource Metadata document (empty: the edge serves
     /// none; a pass-through route may serve the server's own).
     pub authorization_servers: Vec<String>,
@@ -158,8 +161,8 @@ impl Identity {
     ) -> String {
         let mut value = String::from("Bearer");
         let metadata = self.resource_metadata.clone().or_else(|| {
-            host.filter(|h| is_clean_host(h))
-                .map(|h| format!("{scheme}://{h}{METADATA_PREFIX}{route_path}"))
+            self.origin(scheme, host)
+                .map(|o| format!("{o}{METADATA_PREFIX}{route_path}"))
         });
         let mut params = Vec::new();
         if let Some(url) = metadata {
@@ -182,8 +185,8 @@ impl Identity {
     /// The edge's Protected Resource Metadata document for a route, as requested with
     /// this scheme and `Host` (the `resource` is the URL the client uses).
     pub fn metadata_document(&self, scheme: &str, host: Option<&str>, route_path: &str) -> String {
-        let resource = match host.filter(|h| is_clean_host(h)) {
-            Some(h) => format!("{scheme}://{h}{route_path}"),
+        let resource = match self.origin(scheme, host) {
+            Some(o) => format!("{o}{route_path}"),
             None => route_path.to_string(),
         };
         let mut doc = serde_json::json!({
@@ -195,6 +198,16 @@ impl Identity {
             doc["scopes_supported"] = serde_json::json!(self.scopes);
         }
         doc.to_string()
+    }
+}
+
+impl Identity {
+    /// `scheme://host[:port]` of the resource: configured, or as requested.
+    fn origin(&self, scheme: &str, host: Option<&str>) -> Option<String> {
+        self.resource_origin.clone().or_else(|| {
+            host.filter(|h| is_clean_host(h))
+                .map(|h| format!("{scheme}://{h}"))
+        })
     }
 }
 
@@ -238,6 +251,7 @@ mod tests {
             jwt: None,
             keys: None,
             resource_metadata: None,
+            resource_origin: None,
             authorization_servers: vec![],
             scopes: vec![],
             max_token_bytes: 8192,

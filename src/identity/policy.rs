@@ -397,6 +397,27 @@ pub fn filter_subscriptions(body: &[u8], grant: &Grant) -> Result<Option<Vec<u8>
     Ok(Some(out))
 }
 
+/// A JSON-RPC error, or a result flagged `isError`: what a server answers for a name it
+/// does not have (where [`restore_hidden`] may put a hidden name back).
+pub fn is_an_error(message: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        error: Option<&'a RawValue>,
+        #[serde(borrow)]
+        result: Option<Fields<'a>>,
+    }
+    if message.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return false;
+    }
+    let Ok(m) = serde_json::from_slice::<Message>(message) else {
+        return false;
+    };
+    m.error.is_some()
+        || matches!(m.result, Some(Fields::Object(fields))
+            if fields.iter().any(|(k, v)| k == "isError" && v.get() == "true"))
+}
+
 /// Where a list answer keeps its entries, and which field names them.
 const LISTS: [(&str, Kind, &str); 4] = [
     ("tools", Kind::Tool, "name"),

@@ -21,12 +21,17 @@ use super::Principal;
 pub struct RateSettings {
     pub per_second: NonZeroU32,
     pub burst: NonZeroU32,
-    pub per_tool: bool,
+    /// Each tool a caller calls gets a bucket of this rate and burst too.
+    pub per_tool: Option<(NonZeroU32, NonZeroU32)>,
 }
 
+/// The caller's bucket, which every request draws from, and optionally a bucket per caller
+/// and tool, which `tools/call` draws from as well: a made-up tool name buys no rate beyond
+/// the caller's.
 pub struct Limiter {
     pub settings: RateSettings,
-    buckets: DefaultKeyedRateLimiter<String>,
+    callers: DefaultKeyedRateLimiter<String>,
+    tools: Option<DefaultKeyedRateLimiter<String>>,
     clock: DefaultClock,
 }
 
@@ -40,22 +45,26 @@ impl std::fmt::Debug for Limiter {
 
 impl Limiter {
     pub fn new(settings: RateSettings) -> Limiter {
-        let quota = Quota::per_second(settings.per_second).allow_burst(settings.burst);
+        let quota = |rate, burst| Quota::per_second(rate).allow_burst(burst);
         Limiter {
             settings,
-            buckets: RateLimiter::keyed(quota),
+            callers: RateLimiter::keyed(quota(settings.per_second, settings.burst)),
+            tools: settings
+                .per_tool
+                .map(|(rate, burst)| RateLimiter::keyed(quota(rate, burst))),
             clock: DefaultClock::default(),
         }
     }
 
-    /// Take one token for this caller (and tool); `Err(wait)` when the bucket is empty.
+    /// Take a token for this caller (and, for a `tools/call`, for the caller and tool);
+    /// `Err(wait)` when a bucket is empty.
     pub fn check(
         &self,
         who: Option<&Principal>,
         client: Option<IpAddr>,
         tool: Option<&str>,
     ) -> Result<(), Duration> {
-        let mut key = match (who, client) {
+        let caller = match (who, client) {
             (Some(p), _) => format!("p\0{}", p.key()),
             // An IPv4 client on a dual-stack listener arrives as `::ffff:a.b.c.d`.
             (None, Some(ip)) if matches!(ip.to_canonical(), IpAddr::V4(_)) => {
@@ -68,19 +77,21 @@ impl Limiter {
             (None, Some(ip)) => format!("a\0{ip}"),
             (None, None) => "a\0".to_string(),
         };
-        if let (true, Some(tool)) = (self.settings.per_tool, tool) {
-            key.push_str("\0tool\0");
-            key.push_str(tool);
+        let wait = |not_until: governor::NotUntil<_>| not_until.wait_time_from(self.clock.now());
+        if let (Some(tools), Some(tool)) = (&self.tools, tool) {
+            tools
+                .check_key(&format!("{caller}\0tool\0{tool}"))
+                .map_err(wait)?;
         }
-        self.buckets
-            .check_key(&key)
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+        self.callers.check_key(&caller).map_err(wait)
     }
 
     /// Forget buckets that are full again (bounded memory; the maintenance service).
     pub fn sweep(&self) {
-        self.buckets.retain_recent();
-        self.buckets.shrink_to_fit();
+        for buckets in std::iter::once(&self.callers).chain(&self.tools) {
+            buckets.retain_recent();
+            buckets.shrink_to_fit();
+        }
     }
 }
 
@@ -104,21 +115,31 @@ mod tests {
 
     #[test]
     fn each_principal_has_its_own_bucket() {
+        let n = |v| NonZeroU32::new(v).unwrap();
         let limiter = Limiter::new(RateSettings {
-            per_second: NonZeroU32::new(1).unwrap(),
-            burst: NonZeroU32::new(2).unwrap(),
-            per_tool: true,
+            per_second: n(1),
+            burst: n(3),
+            per_tool: Some((n(1), n(2))),
         });
         let a = principal("a");
         assert!(limiter.check(Some(&a), None, Some("t1")).is_ok());
         assert!(limiter.check(Some(&a), None, Some("t1")).is_ok());
         let wait = limiter.check(Some(&a), None, Some("t1")).unwrap_err();
         assert!(retry_after(wait) >= 1);
-        // Another tool, another principal: their own buckets.
+        // Another tool has its own bucket, but the caller's is shared: one call left.
         assert!(limiter.check(Some(&a), None, Some("t2")).is_ok());
+        assert!(limiter.check(Some(&a), None, Some("t3")).is_err());
+        // Another principal has its own buckets; anonymous IPv4 callers on a dual-stack
+        // listener each theirs.
         assert!(limiter
             .check(Some(&principal("b")), None, Some("t1"))
             .is_ok());
+        let v4 = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        for _ in 0..3 {
+            assert!(limiter.check(None, v4("::ffff:10.0.0.1"), None).is_ok());
+        }
+        assert!(limiter.check(None, v4("10.0.0.1"), None).is_err());
+        assert!(limiter.check(None, v4("::ffff:10.0.0.2"), None).is_ok());
         assert_eq!(retry_after(Duration::from_millis(1500)), 2);
         assert_eq!(retry_after(Duration::ZERO), 1);
         assert_eq!(retry_after(Duration::from_secs(3)), 3);

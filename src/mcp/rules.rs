@@ -55,6 +55,8 @@ pub struct Verdict {
     pub target: Option<Target>,
     /// The body is a batch.
     pub batch: bool,
+    /// The message has an `id`, readable or not (one over 1 KiB is not kept).
+    pub has_id: bool,
 }
 
 /// The entry a request names: `tools/call` and `prompts/get` their `name`,
@@ -241,6 +243,7 @@ fn check_batch(
         tasks: false,
         target: None,
         batch: true,
+        has_id: false,
     })
 }
 
@@ -353,6 +356,7 @@ fn modern(
         tasks: m.params.tasks,
         target: target(Some(method), m),
         batch: false,
+        has_id: m.id.is_some(),
     })
 }
 
@@ -443,6 +447,7 @@ fn legacy(
         tasks: false,
         target: target(m.method(), m),
         batch: false,
+        has_id: m.id.is_some(),
     })
 }
 

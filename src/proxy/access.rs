@@ -117,8 +117,12 @@ pub struct Named<'a> {
     pub accepts_sse: bool,
     /// The request's `Mcp-Session-Id` (a legacy server echoes it).
     pub session: Option<&'a http::HeaderValue>,
-    /// The last `X-Forwarded-For` value (the client, when the peer is a trusted proxy).
+    /// The `X-Forwarded-For` list (the client, when the peer is a trusted proxy).
     pub forwarded_for: Option<&'a str>,
+    /// The message has an `id`, readable or not.
+    pub has_id: bool,
+    /// A legacy request bridged to a 2026-07-28 member.
+    pub bridged: bool,
 }
 
 /// What the policy makes of a request.
@@ -145,8 +149,8 @@ pub fn police(
         .as_ref()
         .map(|p| p.grant(ctx.principal.as_ref()));
     if let Some(limiter) = &access.rate {
-        // A tool's own bucket only for a name the caller may use (a made-up name must not
-        // buy a fresh bucket): others share the caller's.
+        // A tool's bucket only for a name the caller may use; every request also draws
+        // from the caller's.
         let tool = named
             .target
             .filter(|_| named.method == Some("tools/call"))
@@ -188,7 +192,7 @@ pub fn police(
                 .policy_refusals
                 .with_label_values(&[route.name.as_str(), grant.rule()])
                 .inc();
-            hidden(&named, access.absent_as, method, target)?
+            hidden(ctx, &named, access.absent_as, method, target)?
         }
         (_, Some("subscriptions/listen")) => {
             match named
@@ -211,33 +215,51 @@ pub fn police(
     Ok(policed)
 }
 
-/// A request naming a hidden entry: answered as the server answers an absent one.
+/// A request naming a hidden entry: answered as the server answers an absent one. Where
+/// the edge cannot give that answer exactly (an HTTP+SSE POST, whose answer belongs on a
+/// stream another replica may hold; a legacy request with an id too long to echo, or whose
+/// `Accept` a server refuses), it goes on with the name replaced by one no server has, the
+/// server answers for it and runs nothing, and the edge puts the name back in that answer.
 fn hidden(
+    ctx: &mut Ctx,
     named: &Named<'_>,
     style: policy::AbsentAs,
     method: &str,
     target: &Target,
 ) -> Result<Policed, Rejection> {
-    let Some(id) = named.id else {
-        // A notification (or an id too long to read): accepted, as a server accepts one,
-        // and dropped.
-        return Ok(Policed::Answer(Answer::json(202, Bytes::new())));
+    let modern = matches!(named.era, Some(Era::Modern(_)));
+    let exact = match named.id {
+        _ if named.bridged => true,
+        Some(_) => modern || (named.accepts_sse && !named.messages),
+        None => false,
     };
-    if named.messages {
-        // Over HTTP+SSE the answer belongs on the stream, which another replica may hold.
+    if !exact && (named.has_id || named.messages) {
         return match named.body.and_then(|b| policy::disguise(b, method)) {
-            Some(body) => Ok(Policed::Replace(body)),
+            Some(body) => {
+                ctx.restore_hidden = true;
+                Ok(Policed::Replace(body))
+            }
             None => Err(Rejection::with_id(
                 EdgeError::InvalidRequest {
                     detail: "params do not name what the method needs".into(),
                 },
-                Some(id.clone()),
+                named.id.cloned(),
             )),
         };
     }
-    let modern = matches!(named.era, Some(Era::Modern(_)));
+    let Some(id) = named.id else {
+        // A notification: accepted, as a server accepts one, and dropped.
+        return Ok(Policed::Answer(Answer::json(202, Bytes::new())));
+    };
+    if named.bridged {
+        // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
+        // no session header (the bridge's own token is the client's session).
+        let (_, json) = policy::absent_answer(style, true, method, target, id);
+        let json = json.replace(",\"resultType\":\"complete\"", "");
+        return Ok(Policed::Answer(Answer::json(200, Bytes::from(json))));
+    }
     let (status, json) = policy::absent_answer(style, modern, method, target, id);
-    if modern || !named.accepts_sse {
+    if modern {
         return Ok(Policed::Answer(Answer::json(status, Bytes::from(json))));
     }
     // Legacy servers answer a POST that accepts an event stream with one (Python with CRLF
@@ -263,12 +285,38 @@ fn caller_address(ctx: &Ctx, peer: Option<IpAddr>, forwarded: Option<&str>) -> O
     if ctx.principal.is_some() || !forwarding.trusts(peer) {
         return Some(peer);
     }
-    forwarded?
-        .rsplit(',')
-        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-        .map(|ip| ip.to_canonical())
-        .find(|ip| !forwarding.trusts(*ip))
-        .or(Some(peer))
+    // From the right: each trusted hop vouches for the entry to its left. An entry that is
+    // not an address ends the walk at the last hop that was vouched for (never further
+    // left, where a client writes what it likes).
+    let mut caller = peer;
+    for entry in forwarded.unwrap_or("").rsplit(',') {
+        let Some(ip) = address(entry.trim()) else {
+            break;
+        };
+        caller = ip;
+        if !forwarding.trusts(ip) {
+            break;
+        }
+    }
+    Some(caller)
+}
+
+/// An `X-Forwarded-For` entry's address: `ip`, `ip:port`, `[v6]` or `[v6]:port`.
+fn address(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        return rest
+            .split(']')
+            .next()?
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| ip.to_canonical());
+    }
+    let (host, port) = entry.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
 /// The requests whose answers a policy filters.
@@ -285,7 +333,7 @@ pub fn filter_lists(resp: &mut ResponseHeader, ctx: &mut Ctx) -> pingora::Result
     let Some(grant) = ctx.grant.clone() else {
         return Ok(());
     };
-    if ctx.answering_list.is_none() && !(ctx.filter_stream && ctx.sse) {
+    if ctx.answering_list.is_none() && !(ctx.filter_stream && ctx.sse) && !ctx.restore_hidden {
         return Ok(());
     }
     let encoded = resp
@@ -349,5 +397,22 @@ pub fn count_hidden(ctx: &mut Ctx) {
             .with_label_values(&[route.name.as_str(), filter.grant.rule()])
             .inc_by(filter.hidden as u64);
         filter.hidden = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address;
+
+    #[test]
+    fn forwarded_entries_are_addresses_with_or_without_a_port() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().ok();
+        assert_eq!(address("10.0.0.1"), ip("10.0.0.1"));
+        assert_eq!(address("10.0.0.1:8443"), ip("10.0.0.1"));
+        assert_eq!(address("[2001:db8::1]:443"), ip("2001:db8::1"));
+        assert_eq!(address("[2001:db8::1]"), ip("2001:db8::1"));
+        assert_eq!(address("::ffff:10.0.0.1"), ip("10.0.0.1"));
+        assert_eq!(address("unknown"), None);
+        assert_eq!(address("10.0.0.1:x"), None);
     }
 }

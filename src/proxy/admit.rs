@@ -73,11 +73,41 @@ pub async fn admit(
     }
     ctx.principal = access::identify(session, ctx, &endpoint).await?;
     let mut request = request(session, ctx, &endpoint, &load.budget).await?;
+    if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
+        let slot = load.stream(&snapshot.limits).await;
+        ctx.slots
+            .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
+    }
+    let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
+    let (bridge, bridge_answer) = match request.bridge.take() {
+        Some(bridge::Bridged::Answer(answer)) => (None, Some(answer)),
+        Some(bridge::Bridged::Forward(forward)) => (Some(forward), None),
+        None => (None, None),
+    };
+    // The session is checked before the policy: a hidden name with a bad session gets what
+    // any other name gets.
+    let legacy = match request.era {
+        Some(Era::Legacy) if bridge.is_none() && bridge_answer.is_none() => Some(
+            legacy::admit(session.req_header(), &snapshot, &endpoint, binding)
+                .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
+        ),
+        _ => None,
+    };
     let client = session
         .client_addr()
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
     let req = session.req_header();
+    // Every `X-Forwarded-For` line, in order, as one list.
+    let forwarded_for = {
+        let lines: Vec<&str> = req
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(","))
+    };
     let named = access::Named {
         era: request.era.as_ref(),
         method: request.method.as_deref(),
@@ -93,12 +123,9 @@ pub async fn admit(
                 .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
         }),
         session: req.headers.get(crate::mcp::headers::SESSION_ID),
-        forwarded_for: req
-            .headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok()),
+        forwarded_for: forwarded_for.as_deref(),
+        has_id: request.has_id,
+        bridged: bridge.is_some(),
     };
     let mut body_len = None;
     match access::police(ctx, &endpoint.route, client, named)? {
@@ -111,24 +138,9 @@ pub async fn admit(
             }
         }
     }
-    if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
-        let slot = load.stream(&snapshot.limits).await;
-        ctx.slots
-            .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
+    if let Some(answer) = bridge_answer {
+        return Ok(Admission::Answer(answer));
     }
-    let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
-    let bridge = match request.bridge {
-        Some(bridge::Bridged::Answer(answer)) => return Ok(Admission::Answer(answer)),
-        Some(bridge::Bridged::Forward(forward)) => Some(forward),
-        None => None,
-    };
-    let legacy = match request.era {
-        Some(Era::Legacy) if bridge.is_none() => Some(
-            legacy::admit(session.req_header(), &snapshot, &endpoint, binding)
-                .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
-        ),
-        _ => None,
-    };
     Ok(Admission::Proxy {
         admitted: Admitted {
             route: endpoint.route,
@@ -211,6 +223,8 @@ struct Request {
     method: Option<String>,
     target: Option<crate::identity::policy::Target>,
     batch: bool,
+    /// The message has an `id` (readable or not).
+    has_id: bool,
 }
 
 impl Request {
@@ -224,6 +238,7 @@ impl Request {
             method: None,
             target: None,
             batch: false,
+            has_id: false,
         }
     }
 }
@@ -293,6 +308,7 @@ async fn request(
                 method: verdict.method,
                 target: verdict.target,
                 batch: verdict.batch,
+                has_id: verdict.has_id,
             })
         }
         (EndpointKind::Streamable, &Method::GET | &Method::DELETE) if endpoint.route.bridge => {

@@ -65,6 +65,8 @@ pub struct Ctx {
     pub answering_list: Option<Value>,
     /// A legacy event stream on a route with a policy: its list answers are filtered.
     pub filter_stream: bool,
+    /// A hidden name was replaced in this request: the answer gets it back.
+    pub restore_hidden: bool,
 }
 
 impl Ctx {
@@ -93,6 +95,7 @@ impl Ctx {
             grant: None,
             answering_list: None,
             filter_stream: false,
+            restore_hidden: false,
         }
     }
 

@@ -50,8 +50,10 @@ pub struct Rewrite {
     pub filter: Option<ListFilter>,
     limit: usize,
     held: Vec<u8>,
-    /// Where the search for the end of the held event resumes (a line start).
-    scanned: usize,
+    /// Where the search for the end of the held event resumes, and where the line it is in
+    /// started (so a long `data:` line arriving in small chunks is scanned once).
+    scan_at: usize,
+    line_start: usize,
     passing: Option<Pass>,
     /// While passing an event: the last byte ended a line (`at_line_start`), was a CR.
     at_line_start: bool,
@@ -85,7 +87,8 @@ impl Rewrite {
             filter,
             limit,
             held: Vec::new(),
-            scanned: 0,
+            scan_at: 0,
+            line_start: 0,
             passing: None,
             at_line_start: true,
             after_cr: false,
@@ -103,9 +106,40 @@ impl Rewrite {
         self.filter = Some(filter);
     }
 
-    /// The bytes held now (reserved in the memory budget as they come).
+    /// The memory held now (reserved in the memory budget as it grows and shrinks).
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.held.capacity()
+    }
+
+    /// The end of the first held event (past its blank line), resuming where the last
+    /// search stopped.
+    fn next_event_end(&mut self) -> Option<usize> {
+        let buf = &self.held;
+        let (mut i, mut line_start) = (self.scan_at, self.line_start);
+        while i < buf.len() {
+            let Some(n) = memchr::memchr2(b'\n', b'\r', &buf[i..]) else {
+                i = buf.len();
+                break;
+            };
+            i += n;
+            let eol = match (buf[i], buf.get(i + 1)) {
+                (b'\n', _) => 1,
+                // A CR at the end: whether an LF follows decides where the line ends.
+                (_, None) => break,
+                (_, Some(b'\n')) => 2,
+                (_, Some(_)) => 1,
+            };
+            if i == line_start {
+                self.scan_at = 0;
+                self.line_start = 0;
+                return Some(i + eol);
+            }
+            i += eol;
+            line_start = i;
+        }
+        self.scan_at = i;
+        self.line_start = line_start;
+        None
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
@@ -132,23 +166,19 @@ impl Rewrite {
         }
         self.held.extend_from_slice(rest);
         if self.sse {
-            while let Some(end) =
-                crate::sse::event_end(&self.held[self.scanned..]).map(|e| e + self.scanned)
-            {
+            while let Some(end) = self.next_event_end() {
                 let event: Vec<u8> = self.held.drain(..end).collect();
-                self.scanned = 0;
                 out.extend_from_slice(&self.rewrite_event(&event));
             }
-            // Tiny chunks must not make the search quadratic: resume at the last line start.
-            self.scanned = self
-                .held
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |p| p + 1);
+            if self.held.capacity() > MAX_CONVERTED && self.held.len() < self.held.capacity() / 4 {
+                // A large event went: give its room back.
+                self.held.shrink_to(self.held.len().max(4096));
+            }
         }
         if self.held.len() > self.limit {
             let held = std::mem::take(&mut self.held);
-            self.scanned = 0;
+            self.scan_at = 0;
+            self.line_start = 0;
             let pass = self.oversized(&held, &mut out);
             self.passing = Some(pass);
             if self.sse {
@@ -228,25 +258,30 @@ impl Rewrite {
 
     pub fn finish(&mut self) -> Bytes {
         let held = std::mem::take(&mut self.held);
-        if self.passing.is_some() || self.sse {
+        if self.passing.is_some() || held.is_empty() {
             return Bytes::from(held);
         }
+        if self.sse {
+            // A last event the stream did not end with a blank line.
+            return Bytes::from(self.rewrite_event(&held));
+        }
         match self.rewrite_message(&held) {
-            Some(rewritten) => Bytes::from(rewritten),
-            None => Bytes::from(held),
+            Rewritten::Same => Bytes::from(held),
+            Rewritten::New(bytes) => Bytes::from(bytes),
+            Rewritten::Drop => Bytes::new(),
         }
     }
 
-    /// One message rewritten, or `None` when it stays as it came.
-    fn rewrite_message(&mut self, data: &[u8]) -> Option<Vec<u8>> {
+    /// One message rewritten.
+    fn rewrite_message(&mut self, data: &[u8]) -> Rewritten {
         let mut rewritten = None;
         if let Some(filter) = &mut self.filter {
-            // A hidden entry's name, renamed on an HTTP+SSE POST, comes back as it was (on
-            // the event stream, where such answers arrive).
+            // A hidden entry's name, renamed on an HTTP+SSE POST, comes back as it was: on
+            // the event stream, where such answers arrive, in an answer that says so.
             let restored = filter
                 .answering
                 .is_none()
-                .then(|| policy::restore_hidden(data))
+                .then(|| policy::restore_hidden(data).filter(|_| policy::is_an_error(data)))
                 .flatten();
             let data = restored.as_deref().unwrap_or(data);
             rewritten = restored.clone();
@@ -255,11 +290,12 @@ impl Rewrite {
                     filter.hidden += hidden;
                     rewritten = Some(bytes);
                 }
-                Filtered::Unreadable => {
-                    if let Some(id) = &filter.answering {
-                        return Some(unreadable(id));
-                    }
-                }
+                Filtered::Unreadable => match &filter.answering {
+                    Some(id) => return Rewritten::New(unreadable(id)),
+                    // On a stream: what cannot be read but looks like a list is not shown.
+                    None if looks_like_a_list(data) => return Rewritten::Drop,
+                    None => {}
+                },
                 Filtered::NotAList | Filtered::Unchanged => {}
             }
         }
@@ -272,18 +308,22 @@ impl Rewrite {
                 rewritten = Some(converted.to_string().into_bytes());
             }
         }
-        rewritten
+        rewritten.map_or(Rewritten::Same, Rewritten::New)
     }
 
     /// One event with its data rewritten (its lines as `data:` lines where the first one
-    /// was), or as it came.
+    /// was), as it came, or dropped.
     fn rewrite_event(&mut self, event: &[u8]) -> Vec<u8> {
         let Ok(text) = std::str::from_utf8(event) else {
-            if let Some(id) = self.filter.as_ref().and_then(|f| f.answering.as_ref()) {
+            return match self.filter.as_ref() {
                 // The answer to a list request that cannot be read is not shown.
-                return [b"event: message\ndata: ", &unreadable(id)[..], b"\n\n"].concat();
-            }
-            return event.to_vec();
+                Some(ListFilter {
+                    answering: Some(id),
+                    ..
+                }) => [b"event: message\ndata: ", &unreadable(id)[..], b"\n\n"].concat(),
+                Some(_) if looks_like_a_list(event) => Vec::new(),
+                _ => event.to_vec(),
+            };
         };
         let lines = split_lines(text);
         let data: Vec<&str> = lines
@@ -294,8 +334,10 @@ impl Rewrite {
         if data.is_empty() {
             return event.to_vec();
         }
-        let Some(rewritten) = self.rewrite_message(data.join("\n").as_bytes()) else {
-            return event.to_vec();
+        let rewritten = match self.rewrite_message(data.join("\n").as_bytes()) {
+            Rewritten::Same => return event.to_vec(),
+            Rewritten::Drop => return Vec::new(),
+            Rewritten::New(bytes) => bytes,
         };
         let rewritten = String::from_utf8_lossy(&rewritten);
         let mut out = String::with_capacity(event.len());
@@ -319,15 +361,21 @@ impl Rewrite {
     }
 }
 
-/// Keep the memory budget's reservation for a rewrite at what it holds (at least what a
-/// bridged conversion reserved up front); an answer the budget has no room for is cut.
+/// What became of one message.
+enum Rewritten {
+    Same,
+    New(Vec<u8>),
+    /// Not shown at all.
+    Drop,
+}
+
+/// Keep the memory budget's reservation for a rewrite at what it holds; an answer the
+/// budget has no room for is cut.
 pub fn account(ctx: &mut super::ctx::Ctx) -> pingora::Result<()> {
     let (Some(rewrite), Some(room)) = (&ctx.convert, ctx.convert_room.as_mut()) else {
         return Ok(());
     };
-    let bridged = ctx.admitted.as_ref().is_some_and(|a| a.bridge.is_some());
-    let floor = if bridged { MAX_CONVERTED } else { 0 };
-    if room.try_fit(rewrite.held().max(floor)) {
+    if room.try_fit(rewrite.held()) {
         return Ok(());
     }
     Err(pingora::Error::because(
@@ -339,17 +387,36 @@ pub fn account(ctx: &mut super::ctx::Ctx) -> pingora::Result<()> {
     ))
 }
 
-/// The first bytes of an event name a list key (`"tools"`, `"prompts"`, `"resources"`,
-/// `"resourceTemplates"`).
-fn looks_like_a_list(held: &[u8]) -> bool {
-    [
-        "\"tools\"",
-        "\"prompts\"",
-        "\"resources\"",
-        "\"resourceTemplates\"",
-    ]
-    .iter()
-    .any(|key| held.windows(key.len()).any(|w| w == key.as_bytes()))
+/// An event or message whose `result` starts with a list key (`tools`, `prompts`,
+/// `resources`, `resourceTemplates`; where the SDK servers put it), within its first 4 KiB.
+fn looks_like_a_list(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(4096)];
+    let skip_ws = |mut i: usize| {
+        while head.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+            i += 1;
+        }
+        i
+    };
+    memchr::memmem::find_iter(head, b"\"result\"").any(|at| {
+        let mut i = skip_ws(at + 8);
+        if head.get(i) != Some(&b':') {
+            return false;
+        }
+        i = skip_ws(i + 1);
+        if head.get(i) != Some(&b'{') {
+            return false;
+        }
+        i = skip_ws(i + 1);
+        let rest = &head[i.min(head.len())..];
+        [
+            &b"\"tools\""[..],
+            b"\"prompts\"",
+            b"\"resources\"",
+            b"\"resourceTemplates\"",
+        ]
+        .iter()
+        .any(|key| rest.starts_with(key))
+    })
 }
 
 fn too_large(id: &Value) -> Vec<u8> {
@@ -380,4 +447,67 @@ fn split_lines(text: &str) -> Vec<(&str, &str)> {
         rest = &rest[i + len..];
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::identity::policy::{Policy, Rule};
+
+    fn stream_filter() -> Rewrite {
+        let grant = Policy {
+            rules: vec![Arc::new(Rule {
+                name: "r".into(),
+                subjects: vec![],
+                tenants: vec![],
+                groups: vec![],
+                tools: vec![wildmatch::WildMatch::new("a*")],
+                prompts: vec![],
+                resources: vec![],
+            })],
+        }
+        .grant(None);
+        let filter = ListFilter {
+            grant,
+            answering: None,
+            hidden: 0,
+        };
+        Rewrite::new(Some(b"text/event-stream"), None, Some(filter)).unwrap()
+    }
+
+    fn run(r: &mut Rewrite, input: &[u8], step: usize) -> String {
+        let mut out = Vec::new();
+        for chunk in input.chunks(step) {
+            out.extend_from_slice(&r.feed(chunk));
+        }
+        out.extend_from_slice(&r.finish());
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn stream_events_are_filtered_whatever_their_framing() {
+        // Multi-line data, CRLF, a last event without its blank line.
+        let input = "event: message\r\ndata: {\"id\":1,\"result\":{\"tools\":[{\"name\":\"a1\"},\r\ndata: {\"name\":\"b1\"}]}}\r\n\r\n: keep-alive\n\ndata: {\"id\":2,\"result\":{\"tools\":[{\"name\":\"b2\"}]}}";
+        for step in [1, 3, 7, input.len()] {
+            let out = run(&mut stream_filter(), input.as_bytes(), step);
+            assert_eq!(
+                out,
+                "event: message\r\ndata: {\"id\":1,\"result\":{\"tools\":[{\"name\":\"a1\"}]}}\r\n\r\n: keep-alive\n\ndata: {\"id\":2,\"result\":{\"tools\":[]}}\n",
+                "step {step}"
+            );
+        }
+        // What cannot be read but starts as a list is not shown; anything else passes.
+        let broken = "data: {\"result\": {\"tools\":[{\"name\":\"b\"}\n\ndata: not json\n\n";
+        assert_eq!(
+            run(&mut stream_filter(), broken.as_bytes(), 5),
+            "data: not json\n\n"
+        );
+        // A name renamed by the edge comes back in an error answer, and only there.
+        let disguised = "data: {\"id\":3,\"error\":{\"code\":-32602,\"message\":\"Tool mcp-edge-hidden:YjE not found\"}}\n\ndata: {\"id\":4,\"result\":{\"content\":[{\"text\":\"mcp-edge-hidden:YjE\"}]}}\n\n";
+        let out = run(&mut stream_filter(), disguised.as_bytes(), 4);
+        assert!(out.contains("Tool b1 not found"), "{out}");
+        assert!(out.contains("\"text\":\"mcp-edge-hidden:YjE\""), "{out}");
+    }
 }
