@@ -275,11 +275,21 @@ async fn a_stuck_access_log_sink_never_blocks_requests_and_drops_are_counted() {
     let c = client();
     let body = modern_body(json!(1), "tools/list", json!({}));
     // 2,000 lines of about 250 bytes: several times what the pipe and the queue hold.
-    for _ in 0..2_000 {
-        let r = tokio::time::timeout(PATIENCE, modern_request(&c, &edge.url(), &body).send())
+    let mut edge = edge;
+    for i in 0..2_000 {
+        let sent = tokio::time::timeout(PATIENCE, modern_request(&c, &edge.url(), &body).send())
             .await
-            .expect("a request waited on the access log")
-            .unwrap();
+            .expect("a request waited on the access log");
+        let r = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let status = edge.child.try_wait();
+                panic!(
+                    "request {i}: {e}; the edge process: {status:?}; its log:\n{}",
+                    edge.log_text()
+                )
+            }
+        };
         assert_eq!(r.status(), 200);
     }
     assert_eq!(mock.requests(), 2_000);
