@@ -62,6 +62,17 @@ impl Issuer {
     fn token(&self, key: &SigningKey, sub: &str, tenant: &str) -> String {
         key.sign(&claims(ISS, AUD, sub, tenant))
     }
+
+    /// An edge trusting this issuer in front of `member`, its `/mcp` route given `route`;
+    /// `checked`: with the default health checks (SDK servers), else none (counting mocks).
+    fn edge(&self, member: std::net::SocketAddr, route: &str, checked: bool) -> Edge {
+        let pool = if checked {
+            pool_and_route(&[member], route)
+        } else {
+            unchecked_pool_and_route(&[member], route)
+        };
+        start_edge(&format!("{}{pool}", self.section("")))
+    }
 }
 
 /// Tenant a may use `echo`, the `greet` prompt and `mem://` resources (and `absent_*`
@@ -199,11 +210,7 @@ async fn each_tenant_lists_and_calls_only_its_tools() {
 async fn a_list_answer_is_filtered_whatever_its_id() {
     let issuer = Issuer::start().await;
     let server = ts_server("dual", "srv");
-    let edge = start_edge(&format!(
-        "{}{}",
-        issuer.section(""),
-        pool_and_route(&[server.addr], POLICY)
-    ));
+    let edge = issuer.edge(server.addr, POLICY, true);
     let token = issuer.token(&issuer.rsa, "alice", "a");
     // A legacy id too long for the edge to echo (over 1 KiB), which the server accepts.
     for id in [json!("x".repeat(1100)), json!(7)] {
@@ -236,11 +243,7 @@ async fn over_http_sse_lists_are_filtered_on_the_stream_and_hidden_calls_run_not
     let route = format!(
         "sse_path = \"/sse\"\nmessages_path = \"/messages\"\nabsent_as = \"typescript-v1\"\n{POLICY}"
     );
-    let edge = start_edge(&format!(
-        "{}{}",
-        issuer.section(""),
-        pool_and_route(&[server.addr], &route)
-    ));
+    let edge = issuer.edge(server.addr, &route, true);
     let url = format!("http://127.0.0.1:{}/sse", edge.port);
     let token_a = issuer.token(&issuer.ec, "alice", "a");
     let out = ts_client(
@@ -278,11 +281,7 @@ async fn on_a_python_server_hidden_tools_answer_as_absent_ones_do() {
     let issuer = Issuer::start().await;
     let server = py_server(&["--transport", "streamable-http", "--stateless"], "py");
     let route = format!("absent_as = \"python\"\n{POLICY}");
-    let edge = start_edge(&format!(
-        "{}{}",
-        issuer.section(""),
-        pool_and_route(&[server.addr], &route)
-    ));
+    let edge = issuer.edge(server.addr, &route, true);
     let token_a = issuer.token(&issuer.ec, "alice", "a");
     let probe = [
         "--policy-probe",
@@ -547,12 +546,7 @@ async fn hostile_tokens_are_refused_and_never_reach_the_server() {
     let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
     let issuer = Issuer::start().await;
     let mock = Mock::start(Behavior::Json).await;
-    let body = format!(
-        "{}{}",
-        issuer.section(""),
-        unchecked_pool_and_route(&[mock.addr], "auth = \"required\"")
-    );
-    let edge = start_edge(&body);
+    let edge = issuer.edge(mock.addr, "auth = \"required\"", false);
     let c = client();
     let good = claims(ISS, AUD, "alice", "a");
     let with = |k: &str, v: Value| {
@@ -632,12 +626,7 @@ async fn hostile_tokens_are_refused_and_never_reach_the_server() {
 async fn an_unknown_kid_fetches_the_jwks_again_and_a_hanging_jwks_costs_one_timeout() {
     let issuer = Issuer::start().await;
     let mock = Mock::start(Behavior::Json).await;
-    let body = format!(
-        "{}{}",
-        issuer.section(""),
-        unchecked_pool_and_route(&[mock.addr], "auth = \"required\"")
-    );
-    let edge = start_edge(&body);
+    let edge = issuer.edge(mock.addr, "auth = \"required\"", false);
     let c = client();
     let list = modern_body(json!(1), "tools/list", json!({}));
     let send = |token: String| {
@@ -763,11 +752,7 @@ fn sha256_hex_of(s: &str) -> String {
 async fn a_task_belongs_to_the_principal_that_created_it() {
     let issuer = Issuer::start().await;
     let server = Mock::start(Behavior::Tasks { prefix: "t".into() }).await;
-    let edge = start_edge(&format!(
-        "{}{}",
-        issuer.section(""),
-        unchecked_pool_and_route(&[server.addr], "auth = \"required\"")
-    ));
+    let edge = issuer.edge(server.addr, "auth = \"required\"", false);
     let c = client();
     let alice = issuer.token(&issuer.rsa, "alice", "a");
     let mut create = modern_body(
@@ -864,11 +849,7 @@ async fn odd_requests_for_a_hidden_tool_get_what_they_get_for_an_absent_one() {
     let issuer = Issuer::start().await;
     let server = ts_server("legacy-session", "srv");
     let route = format!("absent_as = \"typescript-v1\"\n{POLICY}");
-    let edge = start_edge(&format!(
-        "{}{}",
-        issuer.section(""),
-        pool_and_route(&[server.addr], &route)
-    ));
+    let edge = issuer.edge(server.addr, &route, true);
     let token = issuer.token(&issuer.rsa, "alice", "a");
     let both = "application/json, text/event-stream";
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
