@@ -113,12 +113,9 @@ pub struct Named<'a> {
     pub messages: bool,
     /// The request's body, when it has one.
     pub body: Option<&'a [u8]>,
-    /// The request accepts an event stream (legacy servers answer POSTs with one).
-    pub accepts_sse: bool,
-    /// The request's `Mcp-Session-Id` (a legacy server echoes it).
-    pub session: Option<&'a http::HeaderValue>,
-    /// The `X-Forwarded-For` list (the client, when the peer is a trusted proxy).
-    pub forwarded_for: Option<&'a str>,
+    /// The request's head (its `Accept`, `Mcp-Session-Id` and `X-Forwarded-For` are read
+    /// only when a rate limit or policy needs them).
+    pub req: &'a RequestHeader,
     /// The message has an `id`, readable or not.
     pub has_id: bool,
     /// A legacy request bridged to a 2026-07-28 member.
@@ -143,6 +140,9 @@ pub fn police(
     named: Named<'_>,
 ) -> Result<Policed, Rejection> {
     let access = &route.access;
+    if access.rate.is_none() && access.policy.is_none() {
+        return Ok(Policed::Pass);
+    }
     let reject = |e| Rejection::with_id(e, named.id.cloned());
     let grant = access
         .policy
@@ -161,7 +161,7 @@ pub fn police(
                     .as_ref()
                     .is_none_or(|g| g.allows(policy::Kind::Tool, name))
             });
-        let caller = caller_address(ctx, client, named.forwarded_for);
+        let caller = caller_address(ctx, client, named.req);
         if let Err(wait) = limiter.check(ctx.principal.as_ref(), caller, tool) {
             metrics::get()
                 .rate_limited
@@ -230,7 +230,7 @@ fn hidden(
     let modern = matches!(named.era, Some(Era::Modern(_)));
     let exact = match named.id {
         _ if named.bridged => true,
-        Some(_) => modern || (named.accepts_sse && !named.messages),
+        Some(_) => modern || (accepts_sse(named.req) && !named.messages),
         None => false,
     };
     if !exact && (named.has_id || named.messages) {
@@ -272,24 +272,36 @@ fn hidden(
     let event = format!("event: message{end}data: {json}{end}{end}");
     Ok(Policed::Answer(Answer {
         content_type: "text/event-stream",
-        session: named.session.cloned(),
+        session: named
+            .req
+            .headers
+            .get(crate::mcp::headers::SESSION_ID)
+            .cloned(),
         ..Answer::json(status, Bytes::from(event))
     }))
 }
 
 /// Who an anonymous caller is: its address, or behind a trusted proxy the client the proxy
 /// names (the rightmost `X-Forwarded-For` entry that is not a trusted proxy).
-fn caller_address(ctx: &Ctx, peer: Option<IpAddr>, forwarded: Option<&str>) -> Option<IpAddr> {
+fn caller_address(ctx: &Ctx, peer: Option<IpAddr>, req: &RequestHeader) -> Option<IpAddr> {
     let peer = peer.map(|ip| ip.to_canonical())?;
     let forwarding = &ctx.snapshot.forwarding;
     if ctx.principal.is_some() || !forwarding.trusts(peer) {
         return Some(peer);
     }
+    // Every `X-Forwarded-For` line, in order, as one list.
+    let lines: Vec<&str> = req
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let forwarded = lines.join(",");
     // From the right: each trusted hop vouches for the entry to its left. An entry that is
     // not an address ends the walk at the last hop that was vouched for (never further
     // left, where a client writes what it likes).
     let mut caller = peer;
-    for entry in forwarded.unwrap_or("").rsplit(',') {
+    for entry in forwarded.rsplit(',') {
         let Some(ip) = address(entry.trim()) else {
             break;
         };
@@ -299,6 +311,15 @@ fn caller_address(ctx: &Ctx, peer: Option<IpAddr>, forwarded: Option<&str>) -> O
         }
     }
     Some(caller)
+}
+
+/// The request accepts an event stream (legacy servers answer a POST with one).
+fn accepts_sse(req: &RequestHeader) -> bool {
+    req.headers.get_all(http::header::ACCEPT).iter().any(|v| {
+        v.as_bytes()
+            .windows(17)
+            .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
+    })
 }
 
 /// An `X-Forwarded-For` entry's address: `ip`, `ip:port`, `[v6]` or `[v6]:port`.

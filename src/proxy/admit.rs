@@ -78,7 +78,6 @@ pub async fn admit(
         ctx.slots
             .push(slot.map_err(|e| Rejection::with_id(e, request.id.clone()))?);
     }
-    let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
     let (bridge, bridge_answer) = match request.bridge.take() {
         Some(bridge::Bridged::Answer(answer)) => (None, Some(answer)),
         Some(bridge::Bridged::Forward(forward)) => (Some(forward), None),
@@ -88,8 +87,13 @@ pub async fn admit(
     // any other name gets.
     let legacy = match request.era {
         Some(Era::Legacy) if bridge.is_none() && bridge_answer.is_none() => Some(
-            legacy::admit(session.req_header(), &snapshot, &endpoint, binding)
-                .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
+            legacy::admit(
+                session.req_header(),
+                &snapshot,
+                &endpoint,
+                crate::session::binding(session.req_header(), ctx.principal.as_ref()),
+            )
+            .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
         ),
         _ => None,
     };
@@ -98,16 +102,6 @@ pub async fn admit(
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
     let req = session.req_header();
-    // Every `X-Forwarded-For` line, in order, as one list.
-    let forwarded_for = {
-        let lines: Vec<&str> = req
-            .headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        (!lines.is_empty()).then(|| lines.join(","))
-    };
     let named = access::Named {
         era: request.era.as_ref(),
         method: request.method.as_deref(),
@@ -117,13 +111,7 @@ pub async fn admit(
         stream: req.method == Method::GET,
         messages: endpoint.kind == EndpointKind::Messages,
         body: request.body.as_ref().map(|b| &b.bytes[..]),
-        accepts_sse: req.headers.get_all(http::header::ACCEPT).iter().any(|v| {
-            v.as_bytes()
-                .windows(17)
-                .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
-        }),
-        session: req.headers.get(crate::mcp::headers::SESSION_ID),
-        forwarded_for: forwarded_for.as_deref(),
+        req,
         has_id: request.has_id,
         bridged: bridge.is_some(),
     };
@@ -275,13 +263,12 @@ async fn request(
                     verdict.id,
                 ));
             }
-            let principal = ctx.principal.as_ref().map(|p| p.binding());
             let task = tasks::admit(
                 &verdict,
                 &mut body,
                 &ctx.snapshot,
                 &endpoint.route,
-                principal,
+                ctx.principal.as_ref(),
             );
             let bridged = (endpoint.route.bridge
                 && verdict.era == Era::Legacy

@@ -75,7 +75,7 @@ pub fn admit(
     body: &mut Body,
     snapshot: &Runtime,
     route: &Route,
-    principal: Option<[u8; 16]>,
+    principal: Option<&crate::identity::Principal>,
 ) -> Result<Option<TaskRole>, EdgeError> {
     let Some(sessions) = snapshot.sessions.as_deref() else {
         return Ok(None);
@@ -89,7 +89,7 @@ pub fn admit(
             let Some(sealed) = verdict.name.as_deref().and_then(|n| n.strip_prefix(PREFIX)) else {
                 return Ok(None);
             };
-            let claims = open(sessions, sealed, route, principal)?;
+            let claims = open(sessions, sealed, route, principal.map(|p| p.binding()))?;
             let Some(member) = route.pool.find(&claims.member) else {
                 return Err(refused("its server left the pool"));
             };

@@ -88,10 +88,16 @@ async def log_request(request: httpx2.Request) -> None:
     http_log.append(entry)
 
 
+# Set on every logged response: what watched() waits on instead of polling.
+status_waiters: list = []
+
+
 async def log_response(response: httpx2.Response) -> None:
     entry = response.request.extensions.get("peer_log")
     if entry is not None:
         entry["status"] = response.status_code
+    for waiter in status_waiters:
+        waiter.set()
 
 
 def last_post_session() -> str | None:
@@ -204,7 +210,13 @@ async def watched(fn) -> dict:
 
         async def watch() -> None:
             while (status := logged_error_status(mark)) is None:
-                await anyio.sleep(0.05)
+                waiter = anyio.Event()
+                status_waiters.append(waiter)
+                try:
+                    if logged_error_status(mark) is None:
+                        await waiter.wait()
+                finally:
+                    status_waiters.remove(waiter)
             with anyio.move_on_after(GIVE_UP_S):
                 await done.wait()
             if not box:
