@@ -312,6 +312,19 @@ pub fn modern_request(c: &reqwest::Client, url: &str, body: &Value) -> reqwest::
     rb.body(body.to_string())
 }
 
+/// Answers the edge proxied from its pool's members (`mcp_edge_upstream_responses_total`,
+/// every member and class): unlike a server's own request count, health checks are not in
+/// it, so it tells whether the edge forwarded a request while checks run beside.
+pub async fn proxied(edge: &Edge) -> f64 {
+    let pool = format!("pool=\"{}\"", edge.pool);
+    scrape(edge)
+        .await
+        .lines()
+        .filter(|l| l.starts_with("mcp_edge_upstream_responses_total{") && l.contains(&pool))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The edge's whole Prometheus scrape.
 pub async fn scrape(edge: &Edge) -> String {
     client()
