@@ -23,6 +23,7 @@ pub mod runtime;
 pub mod session;
 pub mod shutdown;
 pub mod sse;
+pub mod stdio;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -79,6 +80,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
+    stdio::start(&config.runtime);
     for pool in config.runtime.pools.values() {
         pool.publish();
     }

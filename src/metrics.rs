@@ -58,6 +58,10 @@ pub struct Metrics {
     pub policy_hidden: IntCounterVec,
     /// Requests over a route's rate limit (429), by route.
     pub rate_limited: IntCounterVec,
+    /// stdio pools: processes running, starts by result, ends.
+    pub stdio_processes: IntGaugeVec,
+    pub stdio_starts: IntCounterVec,
+    pub stdio_exits: IntCounterVec,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
     /// Member labels last published per pool, so departed members' series are removed.
@@ -414,6 +418,21 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "Requests over the route's rate limit (answered 429), by route",
             &["route"],
         )?,
+        stdio_processes: r.gauge(
+            "mcp_edge_stdio_processes",
+            "Processes of a stdio pool running now, by pool",
+            &["pool"],
+        )?,
+        stdio_starts: r.counter(
+            "mcp_edge_stdio_starts_total",
+            "stdio server processes started, by pool and result (ok: initialised; failed)",
+            &["pool", "result"],
+        )?,
+        stdio_exits: r.counter(
+            "mcp_edge_stdio_exits_total",
+            "Shared stdio server processes that ended on their own (then restarted), by pool",
+            &["pool"],
+        )?,
         jwks_fetches: r.counter(
             "mcp_edge_jwks_fetches_total",
             "JWKS URL fetches by result (success, failure)",
@@ -582,6 +601,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build() {
 
 pub fn get() -> &'static Metrics {
     &METRICS
+}
+
+pub fn stdio_processes(pool: &str, running: i64) {
+    get()
+        .stdio_processes
+        .with_label_values(&[pool])
+        .set(running);
+}
+
+pub fn stdio_start(pool: &str, ok: bool) {
+    let result = if ok { "ok" } else { "failed" };
+    get().stdio_starts.with_label_values(&[pool, result]).inc();
+}
+
+pub fn stdio_exit(pool: &str) {
+    get().stdio_exits.with_label_values(&[pool]).inc();
 }
 
 impl Metrics {

@@ -212,6 +212,10 @@ impl ProxyHttp for Edge {
             }
             _ => {}
         }
+        if let Some(group) = admitted.route.pool.stdio.get() {
+            let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
+            crate::stdio::mark(upstream, group, binding)?;
+        }
         Ok(())
     }
 

@@ -103,6 +103,7 @@ impl Reloader {
                 }
                 let old = self.runtime.load_full();
                 config.runtime.inherit(&old);
+                crate::stdio::start(&config.runtime);
                 for pool in config.runtime.pools.values() {
                     pool.publish();
                 }

@@ -22,6 +22,8 @@ pub enum Source {
         name: String,
         interval: Duration,
     },
+    /// A stdio server the edge runs; its member is the edge's local server for it.
+    Stdio(Arc<crate::stdio::Spec>),
 }
 
 /// How a pool's members are checked.
@@ -212,13 +214,15 @@ pub struct Pool {
     pub host: Option<String>,
     /// The revisions its healthy members speak; the routes on this pool read it.
     pub spoken: Arc<ArcSwap<Spoken>>,
+    /// A stdio pool's processes, once started (see [`crate::stdio::start`]).
+    pub stdio: std::sync::OnceLock<Arc<crate::stdio::Group>>,
 }
 
 impl Pool {
     pub fn new(name: String, source: Source, health: HealthPolicy) -> Self {
         let members = match &source {
             Source::Static(addrs) => addrs.iter().map(|a| Arc::new(Member::new(*a))).collect(),
-            Source::Dns { .. } => Vec::new(),
+            Source::Dns { .. } | Source::Stdio(_) => Vec::new(),
         };
         Pool {
             name,
@@ -230,6 +234,7 @@ impl Pool {
             tls: None,
             host: None,
             spoken: Default::default(),
+            stdio: Default::default(),
         }
     }
 
@@ -251,6 +256,14 @@ impl Pool {
         peer.client_cert_key = tls.client.clone();
         peer.group_key = tls.group;
         peer
+    }
+
+    /// Ready: a healthy member (a stdio pool: its processes run).
+    pub fn ready(&self) -> bool {
+        if matches!(self.source, Source::Stdio(_)) {
+            return self.stdio.get().is_some_and(|g| g.ready());
+        }
+        self.members().iter().any(|m| m.is_healthy())
     }
 
     pub fn members(&self) -> Arc<Vec<Arc<Member>>> {
@@ -358,6 +371,9 @@ impl Pool {
         if self.source == old.source {
             self.members.store(old.members());
             self.spoken.store(old.spoken.load_full());
+            if let Some(group) = old.stdio.get() {
+                let _ = self.stdio.set(group.clone());
+            }
         }
     }
 }

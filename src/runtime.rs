@@ -164,9 +164,7 @@ impl Runtime {
 
     /// Ready: every pool has at least one healthy member.
     pub fn ready(&self) -> bool {
-        self.pools
-            .values()
-            .all(|p| p.members().iter().any(|m| m.is_healthy()))
+        self.pools.values().all(|p| p.ready())
     }
 }
 

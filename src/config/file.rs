@@ -31,6 +31,12 @@ pub mod defaults {
     }
 
     pub const MAX_BODY_BYTES: NonZeroUsize = size(4 * 1024 * 1024);
+    pub const STDIO_PROCESSES: NonZeroU32 = count(1);
+    pub const STDIO_MAX_PROCESSES: NonZeroU32 = count(32);
+    pub const STDIO_IDLE_MS: NonZeroU64 = long(600_000);
+    /// `npx` fetching a package on first start can take a while.
+    pub const STDIO_START_TIMEOUT_MS: NonZeroU64 = long(60_000);
+    pub const STDIO_STOP_GRACE_MS: NonZeroU64 = long(5_000);
     pub const MAX_HEADER_BYTES: NonZeroUsize = size(32 * 1024);
     pub const MAX_CONCURRENT_REQUESTS: NonZeroUsize = size(10_000);
     /// About 70 KiB each when idle (docs/benchmarks.md): 4,000 streams ≈ 280 MiB.
@@ -476,6 +482,46 @@ pub struct PoolSection {
     /// The `Host` sent to members (a remote server's own name); default: the client's.
     pub host: Option<String>,
     pub tls: Option<PoolTlsSection>,
+    /// A stdio server the edge runs (instead of `members` or `dns`): program and arguments.
+    pub command: Option<Vec<String>>,
+    /// Environment for `command`, added to the edge's own.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory for `command`; default: the edge's.
+    pub cwd: Option<std::path::PathBuf>,
+    /// Shared processes (`isolation = "shared"`, and `per_session`'s 2026-07-28 traffic).
+    #[serde(default = "processes")]
+    pub processes: NonZeroU32,
+    #[serde(default)]
+    pub isolation: crate::stdio::Isolation,
+    /// On-demand processes (`per_session`, `per_principal`) at most.
+    #[serde(default = "max_processes")]
+    pub max_processes: NonZeroU32,
+    /// An on-demand process or legacy session unused this long is stopped (forgotten).
+    #[serde(default = "idle_ms")]
+    pub idle_ms: NonZeroU64,
+    /// Start to the `initialize` answer.
+    #[serde(default = "start_timeout_ms")]
+    pub start_timeout_ms: NonZeroU64,
+    /// SIGTERM to SIGKILL when stopping a process.
+    #[serde(default = "stop_grace_ms")]
+    pub stop_grace_ms: NonZeroU64,
+}
+
+fn processes() -> NonZeroU32 {
+    defaults::STDIO_PROCESSES
+}
+fn max_processes() -> NonZeroU32 {
+    defaults::STDIO_MAX_PROCESSES
+}
+fn idle_ms() -> NonZeroU64 {
+    defaults::STDIO_IDLE_MS
+}
+fn start_timeout_ms() -> NonZeroU64 {
+    defaults::STDIO_START_TIMEOUT_MS
+}
+fn stop_grace_ms() -> NonZeroU64 {
+    defaults::STDIO_STOP_GRACE_MS
 }
 
 fn dns_interval() -> NonZeroU64 {

@@ -265,7 +265,11 @@ fn pools(
             .iter()
             .find(|r| r.pool == p.name)
             .map_or("/mcp".to_string(), |r| r.path.clone());
-        let health = health_policy(&p.health, default_path);
+        let mut health = health_policy(&p.health, default_path);
+        if matches!(source, Source::Stdio(_)) {
+            // The edge watches its own processes; a probe would start sessions on them.
+            health.check = CheckKind::None;
+        }
         let tls = p.tls.as_ref().and_then(|t| {
             let client = match (&t.client_cert, &t.client_key) {
                 (Some(c), Some(k)) => Some((c.as_str(), k.as_str())),
@@ -302,7 +306,7 @@ fn pools(
                 .or_else(|| p.host.as_deref().map(host_name))
                 .or_else(|| match &source {
                     Source::Dns { name, .. } => Some(host_name(name)),
-                    Source::Static(_) => None,
+                    Source::Static(_) | Source::Stdio(_) => None,
                 });
             UpstreamTls::load(sni, t.verify, t.ca_file.as_deref(), client)
                 .map_err(|e| errs.push(format!("pools[{i}].tls: {e}")))
@@ -317,6 +321,37 @@ fn pools(
 }
 
 fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
+    if let Some(command) = &p.command {
+        if p.dns.is_some() || !p.members.is_empty() {
+            errs.push(format!(
+                "pools[{i}].command: a stdio pool has no members or dns (the edge runs the server)"
+            ));
+            return None;
+        }
+        if command.first().is_none_or(|c| c.is_empty()) {
+            errs.push(format!(
+                "pools[{i}].command: needs the program to run, e.g. [\"npx\", \"my-server\"]"
+            ));
+            return None;
+        }
+        if p.tls.is_some() || p.host.is_some() {
+            errs.push(format!(
+                "pools[{i}].command: tls and host do not apply to a stdio pool"
+            ));
+            return None;
+        }
+        return Some(Source::Stdio(Arc::new(crate::stdio::Spec {
+            command: command.clone(),
+            env: p.env.clone(),
+            cwd: p.cwd.clone(),
+            processes: p.processes.get() as usize,
+            isolation: p.isolation,
+            max_processes: p.max_processes.get() as usize,
+            idle: Duration::from_millis(p.idle_ms.get()),
+            start_timeout: Duration::from_millis(p.start_timeout_ms.get()),
+            stop_grace: Duration::from_millis(p.stop_grace_ms.get()),
+        })));
+    }
     match (&p.dns, p.members.is_empty()) {
         (Some(_), false) => {
             errs.push(format!(

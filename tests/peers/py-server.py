@@ -9,6 +9,7 @@
 import argparse
 import asyncio
 import hashlib
+import os
 import socket
 import sys
 
@@ -20,7 +21,7 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 p = argparse.ArgumentParser()
-p.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+p.add_argument("--transport", choices=["streamable-http", "sse", "stdio"], default="streamable-http")
 p.add_argument("--stateless", action="store_true", help="streamable-http: no 2025 sessions")
 p.add_argument("--json-response", action="store_true", help="streamable-http: legacy leg answers JSON, not SSE")
 p.add_argument("--instance", default="py")
@@ -49,6 +50,21 @@ def whoami() -> str:
     return instance
 
 
+NOTES: list[str] = []
+
+
+@mcp.tool(description="remember text in this process; all remembered")
+def note(text: str) -> str:
+    print("TOOL note", file=sys.stderr, flush=True)
+    NOTES.append(text)
+    return ",".join(NOTES)
+
+
+@mcp.tool(description="this process id")
+def pid() -> str:
+    return str(os.getpid())
+
+
 @mcp.tool(description="progress then done")
 async def slow(steps: int, ctx: Context) -> str:
     # progress i, then ~100 ms, so the result trails the last progress notification
@@ -73,7 +89,6 @@ async def hang() -> str:
     return "unreachable"
 
 
-@mcp.tool(description="MRTR elicitation round trip (2026-07-28 only)")
 async def confirm(ctx: Context) -> str | InputRequiredResult:
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         raise ValueError("confirm needs the 2026-07-28 multi-round-trip flow")
@@ -88,6 +103,10 @@ async def confirm(ctx: Context) -> str | InputRequiredResult:
             )
         }
     )
+
+
+if args.transport != "stdio":  # a stdio process speaks a 2025 revision (the edge's)
+    confirm = mcp.tool(description="MRTR elicitation round trip (2026-07-28 only)")(confirm)
 
 
 @mcp.resource("mem://info", name="info", mime_type="text/plain", description="instance name")
@@ -148,4 +167,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if args.transport == "stdio":
+        print(f"STDIO {os.getpid()}", file=sys.stderr, flush=True)
+        mcp.run("stdio")
+    else:
+        asyncio.run(main())

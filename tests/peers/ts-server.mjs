@@ -14,6 +14,8 @@ import { McpServer as V1McpServer } from '@modelcontextprotocol/sdk/server/mcp.j
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { StdioServerTransport as V1Stdio } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
 const { values: args } = parseArgs({
     options: {
@@ -25,7 +27,8 @@ const { values: args } = parseArgs({
         'tls-key': { type: 'string' }
     }
 });
-const MODES = ['modern', 'dual', 'v2-session', 'legacy-session', 'legacy-sse'];
+// stdio: v2 `serveStdio` (the era of the first message); stdio-v1: v1 over stdio.
+const MODES = ['modern', 'dual', 'v2-session', 'legacy-session', 'legacy-sse', 'stdio', 'stdio-v1'];
 if (!MODES.includes(args.mode)) {
     console.error(`unknown --mode ${args.mode} (want ${MODES.join('|')})`);
     process.exit(2);
@@ -35,7 +38,10 @@ if (!args['tls-cert'] !== !args['tls-key']) {
     process.exit(2);
 }
 const instance = args.instance;
-const isV2 = args.mode === 'modern' || args.mode === 'dual' || args.mode === 'v2-session';
+const isV2 = args.mode === 'modern' || args.mode === 'dual' || args.mode === 'v2-session' || args.mode === 'stdio';
+const isStdio = args.mode.startsWith('stdio');
+// Process-wide state, to show which process (and so which tenant's) a call reached.
+const notes = [];
 const maxBody = args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {};
 const onerror = e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
@@ -64,6 +70,15 @@ function buildServer() {
     server.registerTool('echo', { description: 'echo text', inputSchema: z.object({ text: z.string() }) },
         async ({ text: t }) => text(`${instance}:${t}`));
     server.registerTool('whoami', { description: 'instance name' }, async () => text(instance));
+    server.registerTool('note', { description: 'remember text in this process; all remembered', inputSchema: z.object({ text: z.string() }) },
+        async ({ text: t }) => { notes.push(t); return text(notes.join(',')); });
+    server.registerTool('pid', { description: 'this process id' }, async () => text(String(process.pid)));
+    // A server-to-client request (2025 revisions): the client's answer comes back in the result.
+    server.registerTool('ask', { description: 'ask the client (elicitation)' }, async extra => {
+        const params = { mode: 'form', message: 'ok?', requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } } } };
+        const r = extra.mcpReq ? await extra.mcpReq.elicitInput(params) : await server.server.elicitInput(params);
+        return text(`asked:${r.action}:${JSON.stringify(r.content ?? null)}`);
+    });
     server.registerTool('slow', { description: 'progress then done', inputSchema: z.object({ steps: z.number().int() }) },
         async ({ steps }, extra) => {
             const r = reqInfo(extra);
@@ -90,7 +105,7 @@ function buildServer() {
             else signal.addEventListener('abort', onAbort, { once: true });
         });
     });
-    if (isV2) {
+    if (isV2 && !isStdio) {
         // MRTR (2026-07-28): first round returns input_required, the retry carries inputResponses.
         server.registerTool('confirm', { description: 'MRTR elicitation round trip' }, async extra => {
             const answer = v2.inputResponse(reqInfo(extra).inputResponses, 'confirm');
@@ -255,6 +270,12 @@ function legacySseListener() {
     };
 }
 
+if (isStdio) {
+    if (args.mode === 'stdio') serveStdio(() => buildServer(), { legacy: 'serve', onerror });
+    else await buildServer().connect(new V1Stdio());
+    process.stderr.write(`STDIO ${process.pid}\n`);
+    process.on('SIGTERM', () => process.exit(0));
+} else {
 const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
 const handle = (req, res) => {
     process.stderr.write(`REQ ${req.method} ${req.url}\n`);
@@ -273,3 +294,4 @@ httpServer.listen(Number(args.port), '127.0.0.1', () => {
 const stop = () => { httpServer.close(); process.exit(0); };
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
+}

@@ -1,0 +1,167 @@
+//! stdio pools (`[[pools]] command = [...]`): MCP servers that speak only stdio, run and
+//! supervised by the edge, and served to HTTP clients.
+//!
+//! Each stdio pool is one member as far as the rest of the edge knows: a Streamable HTTP
+//! server the edge runs on `127.0.0.1` (an ephemeral port), reached through the same proxy
+//! path as any member. So validation, identity, policy, rate limits, legacy session tokens
+//! (sealed, naming this member), metrics and the access log apply unchanged. Requests from
+//! the proxy carry a per-pool secret (a local process that finds the port cannot use it) and
+//! the caller's binding (principal, else credential digest) for `per_principal` pools.
+//!
+//! Behind it ([`group::Group`]):
+//! - `shared`: `processes` processes serve everyone, round-robin for stateless requests; a
+//!   legacy session stays on the process that answered its `initialize`. The edge performs
+//!   the `initialize` handshake itself, once per process.
+//! - `per_principal`: one process per caller (issuer + subject, else the credential's
+//!   digest, else one for anonymous callers), started on first use.
+//! - `per_session`: each legacy session gets its own process, initialised with the
+//!   client's own `initialize` (so its capabilities reach the server, and the server's
+//!   requests reach it); 2026-07-28 requests, which have no session, use the shared
+//!   processes.
+//!
+//! A shared process that ends is restarted with backoff; its sessions carry on with the new
+//! one. An on-demand process is started again on next use (`per_principal`) or ends its
+//! session (`per_session`: 404, the client re-initialises). Idle on-demand processes are
+//! stopped after `idle_ms`; their number is bounded by `max_processes`. Stopping is SIGTERM,
+//! then SIGKILL after `stop_grace_ms`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+pub mod group;
+pub mod process;
+mod server;
+pub mod wire;
+
+pub use group::Group;
+
+/// Header carrying the pool's secret from the proxy to its stdio member.
+pub const SECRET_HEADER: &str = "x-mcp-edge-stdio-key";
+/// Header carrying the caller's binding (hex) from the proxy to its stdio member.
+pub const CALLER_HEADER: &str = "x-mcp-edge-caller";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    #[default]
+    Shared,
+    PerSession,
+    PerPrincipal,
+}
+
+/// How to run a pool's processes (`[[pools]] command`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// Shared processes (`shared`; `per_session` uses them for 2026-07-28 requests).
+    pub processes: usize,
+    pub isolation: Isolation,
+    /// On-demand processes (`per_session`, `per_principal`) at most.
+    pub max_processes: usize,
+    /// An on-demand process (and a legacy session) unused this long is stopped (forgotten).
+    pub idle: Duration,
+    /// Start to `initialize` answered.
+    pub start_timeout: Duration,
+    /// SIGTERM to SIGKILL.
+    pub stop_grace: Duration,
+}
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Milliseconds since the first call (for idle times).
+pub fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
+
+/// The runtime every pool's processes and HTTP server run on: one thread of its own, so
+/// they live as long as the edge whatever Pingora's services do.
+fn handle() -> Option<tokio::runtime::Handle> {
+    static HANDLE: LazyLock<Option<tokio::runtime::Handle>> = LazyLock::new(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("mcp-edge-stdio")
+            .enable_all()
+            .build()
+            .map_err(|e| log::error!("stdio pools: cannot start their runtime: {e}"))
+            .ok()?;
+        let handle = rt.handle().clone();
+        // The runtime lives for the process (its tasks are the pools' supervisors).
+        std::mem::forget(rt);
+        Some(handle)
+    });
+    HANDLE.clone()
+}
+
+/// Every group started, for [`stop_all`].
+static GROUPS: Mutex<Vec<Weak<Group>>> = Mutex::new(Vec::new());
+
+/// Start what a new runtime snapshot needs: a group for every stdio pool that did not take
+/// one over from the snapshot it replaces. Its member is the group's local address.
+pub fn start(runtime: &crate::runtime::Runtime) {
+    for pool in runtime.pools.values() {
+        let crate::routing::Source::Stdio(spec) = &pool.source else {
+            continue;
+        };
+        if pool.stdio.get().is_some() {
+            continue;
+        }
+        let Some(handle) = handle() else { return };
+        match Group::start(&handle, &pool.name, spec.clone()) {
+            Ok(group) => {
+                pool.set_members(&[group.addr]);
+                let _ = pool.stdio.set(group.clone());
+                let mut groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+                groups.retain(|g| g.strong_count() > 0);
+                groups.push(Arc::downgrade(&group));
+            }
+            Err(e) => log::error!("stdio pool {}: cannot start: {e}", pool.name),
+        }
+    }
+}
+
+/// Stop every process of every group (shutdown): SIGTERM, then SIGKILL after each group's
+/// grace, waiting at most `limit` in all.
+pub fn stop_all(limit: Duration) {
+    let groups: Vec<Arc<Group>> = GROUPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    let Some(handle) = handle() else { return };
+    if groups.is_empty() {
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    handle.spawn(async move {
+        futures::future::join_all(groups.iter().map(|g| g.stop())).await;
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(limit);
+}
+
+/// A request on its way to a stdio pool's member: the pool's secret, and who calls (the
+/// principal's or the credential's binding; none: anonymous). Whatever the client sent
+/// under these names is replaced.
+pub fn mark(
+    upstream: &mut pingora::http::RequestHeader,
+    group: &Group,
+    binding: Option<[u8; 16]>,
+) -> pingora::Result<()> {
+    upstream.insert_header(SECRET_HEADER, group.secret.as_str())?;
+    match binding {
+        Some(b) => upstream.insert_header(CALLER_HEADER, group::hex(&b))?,
+        None => upstream.insert_header(CALLER_HEADER, "anonymous")?,
+    }
+    Ok(())
+}
+
+/// The member address of a group (tests).
+pub fn address(pool: &crate::routing::Pool) -> Option<SocketAddr> {
+    pool.stdio.get().map(|g| g.addr)
+}

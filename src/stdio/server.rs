@@ -1,0 +1,704 @@
+//! The Streamable HTTP server a stdio pool shows the proxy (on `127.0.0.1`, an ephemeral
+//! port): each request becomes a message to one of the pool's processes, its answer (and
+//! its progress, as an event stream) comes back.
+//!
+//! - Legacy (2025) clients: `initialize` opens a session (a process chosen by isolation; the
+//!   answer is the process's own `InitializeResult`, in the client's revision), then
+//!   requests, notifications, responses, the standalone `GET` stream and `DELETE`.
+//! - 2026-07-28 requests: no session; `server/discover` is answered from the process's
+//!   `initialize` result; other requests are forwarded and their results marked
+//!   `resultType: "complete"` when the server left it out.
+//! - A request whose client goes away (its response closed) is cancelled at the process
+//!   (`notifications/cancelled`).
+
+use std::convert::Infallible;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::group::{Group, Session, Target, Unavailable};
+use super::process::{Call, CallError, Out, Proc, MAX_LINE};
+use super::wire::{field, splice, Message};
+use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
+use crate::mcp::{is_legacy_version, MODERN_VERSION};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Keep-alive comments on open event streams.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    group: Weak<Group>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    log::warn!("stdio listener: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped_now(&mut stopped) => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        let group = group.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let group = group.clone();
+                async move { Ok::<_, Infallible>(handle(group, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
+
+async fn stopped_now(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
+/// What the proxy told the member about the request.
+struct Asked<'a> {
+    caller: &'a str,
+    session: Option<&'a str>,
+    event_stream: bool,
+    modern: bool,
+}
+
+async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
+    let Some(group) = group.upgrade() else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "the pool is gone");
+    };
+    let headers = req.headers();
+    let secret = headers.get(SECRET_HEADER).map(|v| v.as_bytes());
+    if secret != Some(group.secret.as_bytes()) {
+        return plain(StatusCode::FORBIDDEN, "only mcp-edge itself may call this");
+    }
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let caller = text(CALLER_HEADER).unwrap_or("anonymous").to_string();
+    let session = text(crate::mcp::headers::SESSION_ID).map(str::to_string);
+    let event_stream = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"));
+    let modern = text(crate::mcp::headers::PROTOCOL_VERSION) == Some(MODERN_VERSION);
+    let asked = Asked {
+        caller: &caller,
+        session: session.as_deref(),
+        event_stream,
+        modern,
+    };
+    match *req.method() {
+        http::Method::POST => {
+            let body = match Limited::new(req.into_body(), MAX_LINE).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "message too large"),
+            };
+            post(&group, &asked, &body).await
+        }
+        http::Method::GET if !modern => listen(&group, &asked).await,
+        http::Method::DELETE if !modern => match asked.session.and_then(|s| group.session(s)) {
+            Some(s) if owned_by(&s, &asked) => {
+                group.end_session(&s.id).await;
+                plain(StatusCode::OK, "")
+            }
+            _ => session_gone(None),
+        },
+        _ => {
+            let mut r = rpc_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                None,
+                -32000,
+                "Method not allowed.",
+            );
+            r.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+            r
+        }
+    }
+}
+
+async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Body> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return rpc_error(StatusCode::BAD_REQUEST, None, -32700, "Parse error");
+    };
+    let Some(msg) = Message::parse(text) else {
+        let batch = text.trim_start().starts_with('[');
+        let why = if batch {
+            "Invalid Request: batches are not served by stdio pools"
+        } else {
+            "Parse error"
+        };
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            if batch { -32600 } else { -32700 },
+            why,
+        );
+    };
+    if asked.modern {
+        return modern(group, asked, text, &msg).await;
+    }
+    let method = msg.method.as_deref().unwrap_or_default();
+    if method == "initialize" && msg.is_request() {
+        return initialize(group, asked, &msg).await;
+    }
+    let Some(session) = asked.session.and_then(|s| group.session(s)) else {
+        if asked.session.is_some() {
+            return session_gone(msg.id);
+        }
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            msg.id,
+            -32000,
+            "Bad Request: Mcp-Session-Id header is required",
+        );
+    };
+    if !owned_by(&session, asked) {
+        return session_gone(msg.id);
+    }
+    let proc = match group.session_process(&session).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return session_gone(msg.id),
+        Err(u) => return unavailable(group, u, msg.id),
+    };
+    if msg.is_notification() {
+        match method {
+            // The edge initialised the process itself (or did so with the client's own
+            // `initialize`, `per_session`).
+            "notifications/initialized" => {}
+            "notifications/cancelled" => proc.forward_cancel(text, Some(&session.id)),
+            _ => {
+                let _ = proc.send_line(text);
+            }
+        }
+        return plain(StatusCode::ACCEPTED, "");
+    }
+    if msg.is_response() {
+        // An answer to the server's own request (`per_session`: ids are the process's).
+        if proc.owner.is_some() {
+            let _ = proc.send_line(text);
+        }
+        return plain(StatusCode::ACCEPTED, "");
+    }
+    if !msg.is_request() {
+        return rpc_error(StatusCode::BAD_REQUEST, msg.id, -32600, "Invalid Request");
+    }
+    let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner.is_some());
+    call(proc, text, Some(session.id.clone()), msg.id, stream, None).await
+}
+
+fn owned_by(session: &Session, asked: &Asked<'_>) -> bool {
+    session.caller.as_deref().is_none_or(|c| c == asked.caller)
+}
+
+/// A legacy `initialize`: a process by isolation, a new session, the process's answer.
+async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) -> Response<Body> {
+    let Some(id) = msg.id else {
+        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
+    };
+    let sid = new_session_id();
+    let requested = msg
+        .param("protocolVersion")
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    let spec = &group.spec;
+    let (target, proc, caller) = match spec.isolation {
+        Isolation::PerSession => {
+            let params = msg.params.map_or("{}", |p| p.get());
+            match group.for_session(sid.clone(), params).await {
+                Ok(p) => (Target::Own(p.clone()), p, None),
+                Err(u) => return unavailable(group, u, Some(id)),
+            }
+        }
+        Isolation::PerPrincipal => match group.for_caller(asked.caller).await {
+            Ok(p) => (
+                Target::Caller(asked.caller.to_string()),
+                p,
+                Some(asked.caller.to_string()),
+            ),
+            Err(u) => return unavailable(group, u, Some(id)),
+        },
+        Isolation::Shared => match group.any_slot().await {
+            Ok((slot, p)) => (Target::Slot(slot), p, None),
+            Err(u) => return unavailable(group, u, Some(id)),
+        },
+    };
+    let Some(init) = proc.init.get() else {
+        return unavailable(group, Unavailable::NoProcess(String::new()), Some(id));
+    };
+    // A shared process was initialised by the edge: answer in the client's revision when
+    // it asked for a legacy one (the answer is otherwise the server's own).
+    let mut result = init.result.clone();
+    if spec.isolation != Isolation::PerSession {
+        if let Some(v) = requested.filter(|v| is_legacy_version(v) && *v != init.version) {
+            if let Some(raw) = serde_json::from_str::<&RawValue>(&init.result)
+                .ok()
+                .and_then(|r| field(r, "protocolVersion"))
+            {
+                let quoted = serde_json::Value::from(v).to_string();
+                if let Some(s) = splice(&init.result, &[(raw, &quoted)]) {
+                    result = s;
+                }
+            }
+        }
+    }
+    let session = Session {
+        id: sid.clone(),
+        target,
+        caller,
+        last_used: std::sync::atomic::AtomicU64::new(super::now_ms()),
+    };
+    if let Err(u) = group.add_session(session) {
+        return unavailable(group, u, Some(id));
+    }
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.get());
+    let mut r = json(StatusCode::OK, body);
+    if let Ok(v) = HeaderValue::from_str(&sid) {
+        r.headers_mut().insert(crate::mcp::headers::SESSION_ID, v);
+    }
+    r
+}
+
+/// A 2026-07-28 request: no session; the caller's process or any shared one.
+async fn modern(
+    group: &Arc<Group>,
+    asked: &Asked<'_>,
+    text: &str,
+    msg: &Message<'_>,
+) -> Response<Body> {
+    let proc = match group.spec.isolation {
+        Isolation::PerPrincipal => group.for_caller(asked.caller).await,
+        _ => group.any_shared().await,
+    };
+    let proc = match proc {
+        Ok(p) => p,
+        Err(u) => return unavailable(group, u, msg.id),
+    };
+    if msg.is_notification() {
+        let _ = proc.send_line(text);
+        return plain(StatusCode::ACCEPTED, "");
+    }
+    if !msg.is_request() {
+        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
+    }
+    if msg.method.as_deref() == Some("server/discover") {
+        if let (Some(init), Some(id)) = (proc.init.get(), msg.id) {
+            return json(StatusCode::OK, discover_answer(id, &init.result));
+        }
+    }
+    let stream = asked.event_stream && msg.progress_token().is_some();
+    let legacy = strip_envelope(text, msg);
+    let cacheable = CACHEABLE.contains(&msg.method.as_deref().unwrap_or_default());
+    call(proc, &legacy, None, msg.id, stream, Some(cacheable)).await
+}
+
+/// A 2026-07-28 request as the process (initialised in a 2025 revision) takes it: without
+/// the `io.modelcontextprotocol/` envelope in `params._meta` (a Python server refuses a
+/// request carrying it on a 2025 connection). Only `_meta` is rewritten (its other keys
+/// kept, their order not).
+fn strip_envelope<'t>(text: &'t str, msg: &Message<'_>) -> std::borrow::Cow<'t, str> {
+    const ENVELOPE: &str = "io.modelcontextprotocol/";
+    let Some(meta) = msg.param("_meta") else {
+        return text.into();
+    };
+    if !meta.get().contains(ENVELOPE) {
+        return text.into();
+    }
+    let Ok(mut map) =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(meta.get())
+    else {
+        return text.into();
+    };
+    map.retain(|k, _| !k.starts_with(ENVELOPE));
+    let with = serde_json::Value::Object(map).to_string();
+    splice(text, &[(meta, &with)]).map_or(text.into(), Into::into)
+}
+
+/// `server/discover` answered from an `initialize` result.
+fn discover_answer(id: &RawValue, init: &str) -> String {
+    let get = |key: &str| {
+        serde_json::from_str::<&RawValue>(init)
+            .ok()
+            .and_then(|r| field(r, key))
+            .map(|v| v.get().to_string())
+    };
+    let mut out = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"resultType":"complete","supportedVersions":["{MODERN_VERSION}"],"capabilities":{}"#,
+        id.get(),
+        get("capabilities").unwrap_or_else(|| "{}".into())
+    );
+    if let Some(i) = get("instructions") {
+        out.push_str(&format!(r#","instructions":{i}"#));
+    }
+    out.push_str(r#","ttlMs":0,"cacheScope":"private""#);
+    if let Some(info) = get("serverInfo") {
+        out.push_str(&format!(
+            r#","_meta":{{"io.modelcontextprotocol/serverInfo":{info}}}"#
+        ));
+    }
+    out.push_str("}}");
+    out
+}
+
+/// Methods whose 2026-07-28 results must carry cache hints (`ttlMs`, `cacheScope`).
+const CACHEABLE: &[&str] = &[
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// A 2026-07-28 result as the revision requires it, from a server that answered in a 2025
+/// one: `resultType: "complete"`, and on cacheable results `ttlMs: 0` and `cacheScope:
+/// "private"` (the SDK servers' own defaults), each only where the server left it out.
+fn mark_modern(answer: String, cacheable: bool) -> String {
+    let Some(msg) = Message::parse(&answer) else {
+        return answer;
+    };
+    let Some(result) = msg.result else {
+        return answer;
+    };
+    if !result.get().trim_start().starts_with('{') {
+        return answer;
+    }
+    let mut add = Vec::new();
+    if field(result, "resultType").is_none() {
+        add.push(r#""resultType":"complete""#);
+    }
+    if cacheable && field(result, "ttlMs").is_none() {
+        add.push(r#""ttlMs":0"#);
+    }
+    if cacheable && field(result, "cacheScope").is_none() {
+        add.push(r#""cacheScope":"private""#);
+    }
+    if add.is_empty() {
+        return answer;
+    }
+    let Some(rest) = result.get().trim_start().strip_prefix('{') else {
+        return answer;
+    };
+    let empty = rest.trim_start().starts_with('}');
+    let with = format!("{{{}{}{rest}", add.join(","), if empty { "" } else { "," });
+    splice(&answer, &[(result, &with)]).unwrap_or(answer)
+}
+
+/// Send a request to the process; answer with its answer (JSON), or stream its events and
+/// then the answer.
+async fn call(
+    proc: Arc<Proc>,
+    text: &str,
+    session: Option<Arc<str>>,
+    id: Option<&RawValue>,
+    stream: bool,
+    modern: Option<bool>,
+) -> Response<Body> {
+    let call = match proc.request(text, session, stream) {
+        Ok(c) => c,
+        Err(CallError::Unreadable) => {
+            return rpc_error(StatusCode::BAD_REQUEST, id, -32600, "Invalid Request")
+        }
+        Err(CallError::Exited) => return exited(id),
+    };
+    let Call {
+        number,
+        events,
+        done,
+    } = call;
+    let flight = Flight {
+        proc,
+        number,
+        finished: false,
+    };
+    match events {
+        Some(events) if stream => event_stream(flight, events, done, modern, id),
+        _ => {
+            let mut flight = flight;
+            match done.await {
+                Ok(Out::Final(answer)) => {
+                    flight.finished = true;
+                    let answer = match modern {
+                        Some(cacheable) => mark_modern(answer, cacheable),
+                        None => answer,
+                    };
+                    json(StatusCode::OK, answer)
+                }
+                _ => {
+                    flight.finished = true;
+                    exited(id)
+                }
+            }
+        }
+    }
+}
+
+/// A request in flight: if its client goes away first, the server is told.
+struct Flight {
+    proc: Arc<Proc>,
+    number: u64,
+    finished: bool,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.proc.cancel(self.number);
+        }
+    }
+}
+
+struct Streaming {
+    flight: Flight,
+    events: mpsc::Receiver<String>,
+    done: Option<oneshot::Receiver<Out>>,
+    modern: Option<bool>,
+    keepalive: tokio::time::Interval,
+    lost: String,
+}
+
+fn event_stream(
+    flight: Flight,
+    events: mpsc::Receiver<String>,
+    done: oneshot::Receiver<Out>,
+    modern: Option<bool>,
+    id: Option<&RawValue>,
+) -> Response<Body> {
+    // Said on the stream when the process ends before answering: the client's request
+    // fails with a reason, not a stream that just stops.
+    let lost = rpc_error_body(id, -32603, PROCESS_ENDED);
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.reset();
+    let state = Streaming {
+        flight,
+        events,
+        done: Some(done),
+        modern,
+        keepalive,
+        lost,
+    };
+    let frames = futures::stream::unfold(state, |mut s| async move {
+        let done = s.done.as_mut()?;
+        let frame = tokio::select! {
+            biased;
+            Some(event) = s.events.recv() => sse(&event),
+            answer = done => {
+                // Events sent before the answer go first.
+                let mut out = Vec::new();
+                while let Ok(event) = s.events.try_recv() {
+                    out.extend_from_slice(&sse(&event));
+                }
+                s.flight.finished = true;
+                s.done = None;
+                match answer {
+                    Ok(Out::Final(a)) => {
+                        let a = match s.modern {
+                            Some(cacheable) => mark_modern(a, cacheable),
+                            None => a,
+                        };
+                        out.extend_from_slice(&sse(&a));
+                    }
+                    _ => out.extend_from_slice(&sse(&s.lost)),
+                }
+                Bytes::from(out)
+            }
+            _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+        };
+        Some((Ok::<_, Infallible>(Frame::data(frame)), s))
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    set_event_stream(&mut r);
+    r
+}
+
+/// The standalone stream of a legacy session: the process's own messages for it.
+async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
+    let Some(session) = asked.session.and_then(|s| group.session(s)) else {
+        if asked.session.is_none() {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                -32000,
+                "Bad Request: Mcp-Session-Id header is required",
+            );
+        }
+        return session_gone(None);
+    };
+    if !owned_by(&session, asked) {
+        return session_gone(None);
+    }
+    let proc = match group.session_process(&session).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return session_gone(None),
+        Err(u) => return unavailable(group, u, None),
+    };
+    let (tx, rx) = mpsc::channel(256);
+    proc.listen(session.id.clone(), tx);
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.reset();
+    let frames = futures::stream::unfold((rx, keepalive), |(mut rx, mut keepalive)| async move {
+        let frame = tokio::select! {
+            event = rx.recv() => sse(&event?),
+            _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+        };
+        Some((Ok::<_, Infallible>(Frame::data(frame)), (rx, keepalive)))
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    set_event_stream(&mut r);
+    r
+}
+
+fn sse(message: &str) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+fn set_event_stream(r: &mut Response<Body>) {
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+}
+
+fn new_session_id() -> Arc<str> {
+    let mut b = [0u8; 16];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    Arc::from(super::group::hex(&b))
+}
+
+fn json(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(text.to_string())).boxed());
+    *r.status_mut() = status;
+    if !text.is_empty() {
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain"),
+        );
+    }
+    r
+}
+
+fn rpc_error_body(id: Option<&RawValue>, code: i64, message: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{code},"message":{}}}}}"#,
+        id.map_or("null", |i| i.get()),
+        serde_json::Value::from(message)
+    )
+}
+
+fn rpc_error(
+    status: StatusCode,
+    id: Option<&RawValue>,
+    code: i64,
+    message: &str,
+) -> Response<Body> {
+    json(status, rpc_error_body(id, code, message))
+}
+
+const PROCESS_ENDED: &str =
+    "mcp-edge: the stdio server process ended before answering; the request may have run";
+
+fn session_gone(id: Option<&RawValue>) -> Response<Body> {
+    rpc_error(StatusCode::NOT_FOUND, id, -32001, "Session not found")
+}
+
+fn exited(id: Option<&RawValue>) -> Response<Body> {
+    let mut r = rpc_error(StatusCode::BAD_GATEWAY, id, -32603, PROCESS_ENDED);
+    r.headers_mut().insert(
+        "x-mcp-edge-error",
+        HeaderValue::from_static("stdio_process_exited"),
+    );
+    r
+}
+
+fn unavailable(group: &Group, why: Unavailable, id: Option<&RawValue>) -> Response<Body> {
+    let message = match why {
+        Unavailable::Full => format!(
+            "mcp-edge: stdio pool {} runs max_processes ({}) processes; try again later",
+            group.name, group.spec.max_processes
+        ),
+        Unavailable::NoProcess(why) if why.is_empty() => {
+            format!("mcp-edge: stdio pool {} has no running process", group.name)
+        }
+        Unavailable::NoProcess(why) => format!("mcp-edge: stdio pool {}: {why}", group.name),
+    };
+    let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, &message);
+    let h = r.headers_mut();
+    h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(
+        "x-mcp-edge-error",
+        HeaderValue::from_static("stdio_unavailable"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modern_results_are_marked_complete_and_nothing_else_changes() {
+        assert_eq!(
+            mark_modern(
+                r#"{"jsonrpc":"2.0","id":"x","result":{ "content":[]}}"#.into(),
+                false
+            ),
+            r#"{"jsonrpc":"2.0","id":"x","result":{"resultType":"complete", "content":[]}}"#
+        );
+        assert_eq!(
+            mark_modern(r#"{"id":1,"result":{}}"#.into(), true),
+            r#"{"id":1,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private"}}"#
+        );
+        assert_eq!(
+            mark_modern(r#"{"id":1,"result":{"tools":[],"ttlMs":5}}"#.into(), true),
+            r#"{"id":1,"result":{"resultType":"complete","cacheScope":"private","tools":[],"ttlMs":5}}"#
+        );
+        let kept = r#"{"id":1,"result":{"resultType":"input_required"}}"#;
+        assert_eq!(mark_modern(kept.into(), false), kept);
+        let error = r#"{"id":1,"error":{"code":-32601,"message":"x"}}"#;
+        assert_eq!(mark_modern(error.into(), true), error);
+    }
+
+    #[test]
+    fn discover_carries_the_initialize_answer() {
+        let id = RawValue::from_string("7".into()).unwrap();
+        let init = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"},"instructions":"hi"}"#;
+        let v: serde_json::Value = serde_json::from_str(&discover_answer(&id, init)).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["result"]["supportedVersions"][0], MODERN_VERSION);
+        assert_eq!(v["result"]["capabilities"]["tools"]["listChanged"], true);
+        assert_eq!(v["result"]["instructions"], "hi");
+        assert_eq!(
+            v["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "s"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! Reading and rewriting the JSON-RPC messages that cross a stdio process's pipes.
+//!
+//! Only the values the bridge owns change: a request's `id` and its
+//! `params._meta.progressToken` on the way in (both become the process-unique number the
+//! bridge chose), the same two on the way out, and `params.requestId` of a
+//! `notifications/cancelled`. Every other byte is kept as it came.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The parts of a message the bridge reads, borrowed from the line.
+#[derive(Debug, Deserialize)]
+pub struct Message<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+}
+
+impl<'a> Message<'a> {
+    /// One JSON-RPC message (a batch, or anything that is not an object, is refused).
+    pub fn parse(text: &'a str) -> Option<Message<'a>> {
+        if !text.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(text).ok()
+    }
+
+    /// A request: a method and an id (`null` is not an id).
+    pub fn is_request(&self) -> bool {
+        self.method.is_some() && self.id.is_some_and(|id| id.get() != "null")
+    }
+
+    pub fn is_notification(&self) -> bool {
+        self.method.is_some() && self.id.is_none()
+    }
+
+    pub fn is_response(&self) -> bool {
+        self.method.is_none() && (self.result.is_some() || self.error.is_some())
+    }
+
+    /// `params._meta.progressToken`, as written.
+    pub fn progress_token(&self) -> Option<&'a RawValue> {
+        field(field(self.params?, "_meta")?, "progressToken")
+    }
+
+    /// `params.<key>`, as written.
+    pub fn param(&self, key: &str) -> Option<&'a RawValue> {
+        field(self.params?, key)
+    }
+}
+
+/// `key` of a JSON object, borrowed.
+pub fn field<'a>(object: &'a RawValue, key: &str) -> Option<&'a RawValue> {
+    #[derive(Deserialize)]
+    struct Any<'a>(#[serde(borrow)] std::collections::HashMap<Cow<'a, str>, &'a RawValue>);
+    if !object.get().trim_start().starts_with('{') {
+        return None;
+    }
+    let Any(map) = serde_json::from_str(object.get()).ok()?;
+    map.get(key).copied()
+}
+
+/// Where `inner` (borrowed from `outer`) lies in it.
+fn span(outer: &str, inner: &RawValue) -> Option<std::ops::Range<usize>> {
+    let inner = inner.get();
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    let end = start + inner.len();
+    (end <= outer.len()).then_some(start..end)
+}
+
+/// `text` with the values at `edits` (borrowed from it) replaced; `None` if one is not
+/// from `text`. Edits may come in any order and must not overlap.
+pub fn splice(text: &str, edits: &[(&RawValue, &str)]) -> Option<String> {
+    let mut spans = edits
+        .iter()
+        .map(|(raw, with)| span(text, raw).map(|s| (s, *with)))
+        .collect::<Option<Vec<_>>>()?;
+    spans.sort_by_key(|(s, _)| s.start);
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut at = 0;
+    for (s, with) in spans {
+        if s.start < at {
+            return None;
+        }
+        out.push_str(&text[at..s.start]);
+        out.push_str(with);
+        at = s.end;
+    }
+    out.push_str(&text[at..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_and_progress_token_are_replaced_and_nothing_else() {
+        let line = r#"{ "jsonrpc":"2.0", "id" : "a\"b", "method":"tools/call","params":{"name":"slow","_meta":{"progressToken": 7 ,"x":1},"arguments":{"id":3}}}"#;
+        let m = Message::parse(line).unwrap();
+        assert!(m.is_request());
+        assert_eq!(m.method.as_deref(), Some("tools/call"));
+        let token = m.progress_token().unwrap();
+        assert_eq!(token.get(), "7");
+        let out = splice(line, &[(token, "12"), (m.id.unwrap(), "12")]).unwrap();
+        assert_eq!(
+            out,
+            r#"{ "jsonrpc":"2.0", "id" : 12, "method":"tools/call","params":{"name":"slow","_meta":{"progressToken": 12 ,"x":1},"arguments":{"id":3}}}"#
+        );
+    }
+
+    #[test]
+    fn kinds_and_refusals() {
+        let n =
+            Message::parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert!(n.is_notification() && !n.is_request());
+        let r = Message::parse(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
+        assert!(r.is_response());
+        let null_id = Message::parse(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#).unwrap();
+        assert!(!null_id.is_request());
+        assert!(Message::parse("[{}]").is_none(), "batches are refused");
+        assert!(Message::parse("not json").is_none());
+        assert!(
+            Message::parse(r#"{"id":1,"id":2,"method":"x"}"#).is_none(),
+            "a duplicate id is ambiguous"
+        );
+        let foreign = RawValue::from_string("1".into()).unwrap();
+        assert!(splice("{}", &[(&foreign, "2")]).is_none());
+    }
+}
