@@ -19,6 +19,7 @@ import time
 import urllib.request
 
 import identity
+import stdio
 import tls
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +208,15 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
+        if "--stdio" in sys.argv:
+            # Only the stdio part (bench/stdio.py), with the full rounds.
+            results["stdio"] = stdio.run(sys.modules[__name__], work)
+            cleanup()
+            print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
+                  f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
+                  f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
+            print(stdio.block(results["stdio"]))
+            return
         if "--identity" in sys.argv:
             # Only the identity part (bench/identity.py), with the full rounds.
             results["identity"] = identity.run(sys.modules[__name__], work, start_upstream())
@@ -371,6 +381,8 @@ def run(work, results):
         ts_ports, _ = start_proxies(work, ts_port, "ts")
         ts_targets = {"direct": url(ts_port), **{n: url(ts_ports[n]) for n in PROXIES}}
         results["ts"] = measure(ts_targets, modern, 16)
+        # stdio pools: the same server over stdio against over HTTP (bench/stdio.py).
+        results["stdio"] = stdio.run(sys.modules[__name__], work)
     elif IN_CI:
         sys.exit("TS SDK server: tests/peers/node_modules is missing (bash scripts/setup.sh installs it)")
     else:
@@ -453,6 +465,8 @@ def report(r):
         block += "\n\n" + tls.block(r["tls"])
     if "identity" in r:
         block += "\n\n" + identity.block(r["identity"])
+    if "stdio" in r:
+        block += "\n\n" + stdio.block(r["stdio"])
     print(head)
     print(block + "\n")
     print(table)

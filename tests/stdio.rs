@@ -383,7 +383,7 @@ async fn per_principal_processes_keep_one_tenants_state_from_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_session_processes_take_server_requests_and_are_reaped_when_idle() {
-    let pool = "isolation = \"per_session\"\nidle_ms = 1500";
+    let pool = "isolation = \"per_session\"\nidle_ms = 3000";
     let edge = start_edge(&stdio_route(
         "main",
         "/mcp",
@@ -395,18 +395,25 @@ async fn per_session_processes_take_server_requests_and_are_reaped_when_idle() {
     let url = edge.url();
     // Each legacy session has its own process: its notes start empty; the server's
     // elicitation reaches the client that caused it, and its answer the server.
+    let mut session_pids = Vec::new();
     for _ in 0..2 {
-        let out = ts_client(
-            &url,
-            &["--mode", "legacy", "--policy-probe", "--call", "note,ask"],
-        );
+        let args = [
+            "--mode",
+            "legacy",
+            "--policy-probe",
+            "--call",
+            "note,ask,pid",
+        ];
+        let out = ts_client(&url, &args);
         assert_eq!(out["ok"], true, "{out}");
         assert_eq!(out["calls"]["note"]["text"], "x", "{out}");
-        assert_eq!(
-            out["calls"]["ask"]["text"], "asked:accept:{\"ok\":true}",
-            "{out}"
-        );
+        let asked = &out["calls"]["ask"]["text"];
+        assert_eq!(asked, "asked:accept:{\"ok\":true}", "{out}");
+        let pid = out["calls"]["pid"]["text"].as_str().unwrap().to_string();
+        assert!(running(&pid), "{out}");
+        session_pids.push(pid);
     }
+    assert_ne!(session_pids[0], session_pids[1], "a process per session");
     // 2026-07-28 clients have no session: they share the pool's shared process.
     let first = ts_client(
         &url,
@@ -419,11 +426,17 @@ async fn per_session_processes_take_server_requests_and_are_reaped_when_idle() {
     assert_eq!(notes(&first), ["x"], "{first}");
     assert_eq!(notes(&second), ["x,x"], "{second}");
     // Idle sessions are forgotten and their processes stopped: the shared one is left.
-    let running = format!("mcp_edge_stdio_processes{{pool=\"{}\"}}", edge.pool);
+    let gauge = format!("mcp_edge_stdio_processes{{pool=\"{}\"}}", edge.pool);
     wait_until(PATIENCE, "idle session processes stopped", async || {
-        metric(&edge, &running).await == 1.0
+        metric(&edge, &gauge).await == 1.0
     })
     .await;
+    for pid in &session_pids {
+        wait_until(PATIENCE, "the session's process ended", async || {
+            !running(pid)
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -466,17 +479,23 @@ async fn a_server_that_cannot_start_is_not_ready_and_requests_get_503_at_once() 
 }
 
 #[test]
-fn the_edge_stops_its_servers_when_it_stops_and_logs_their_stderr() {
+fn the_edge_stops_its_servers_and_what_they_started_and_logs_their_stderr() {
     use common::edge_process::{spawn, temp_config};
     let port = free_port();
     let metrics = free_port();
     let path = temp_config();
+    // The server runs under a shell (a wrapper script, as `npx` is) and stays up after its
+    // stdin ends: only the signal to its process group stops it.
+    let wrapped = format!(
+        r#"["sh", "-c", "node {} --mode stdio --instance bye --linger; true"]"#,
+        dir().join("ts-server.mjs").display()
+    );
     std::fs::write(
         &path,
         format!(
             "[server]\ngrace_period_seconds = 1\ngraceful_shutdown_timeout_seconds = 1\n\n[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[metrics]\naddress = \"127.0.0.1:{metrics}\"\n\n{}{}",
             sessions_section(&format!("1:{KEY_A}")),
-            stdio_route("tools", "/mcp", &ts_command("stdio", "bye"), "processes = 2", "")
+            stdio_route("tools", "/mcp", &wrapped, "processes = 2\nstop_grace_ms = 10000", "")
         ),
     )
     .unwrap();
@@ -496,23 +515,81 @@ fn the_edge_stops_its_servers_when_it_stops_and_logs_their_stderr() {
         pids
     });
     for pid in &pids {
-        let line = format!("stdio tools[{pid}]: STDIO {pid}");
+        let line = format!("]: STDIO {pid}");
         assert!(
-            edge.log_text().contains(&line),
+            edge.log_text().contains("stdio tools[") && edge.log_text().contains(&line),
             "stderr logged with a prefix: {}",
             edge.log_text()
         );
+        assert!(running(pid), "{pid} runs");
     }
     edge.signal("-TERM");
-    wait_until_blocking(PATIENCE, "the servers stopped with the edge", || {
-        pids.iter()
-            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists() || is_zombie(p))
-    });
+    // Well within stop_grace_ms: SIGTERM reached the servers themselves.
+    wait_until_blocking(
+        Duration::from_secs(8),
+        "the servers stopped with the edge",
+        || pids.iter().all(|p| !running(p)),
+    );
     let _ = std::fs::remove_file(path);
 }
 
-fn is_zombie(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.split_whitespace().nth(2) == Some("Z"))
-        .unwrap_or(true)
+/// A process that runs (not a zombie waiting for its parent).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_cancel_or_reset_what_others_run_on_a_shared_process() {
+    let edge = start_edge(&stdio_route(
+        "main",
+        "/mcp",
+        &ts_command("stdio", "sh"),
+        "",
+        "",
+    ));
+    wait_ready(&edge).await;
+    let c = client();
+    let url = edge.url();
+    // A's long call streams progress; B posts cancellations for every small number, and
+    // 2025 methods the 2026-07-28 revision removed.
+    let mut params = json!({"name": "slow", "arguments": {"steps": 5}});
+    params["_meta"] = meta();
+    params["_meta"]["progressToken"] = json!(1);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let mut r = modern_request(&c, &url, &body).send().await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("notifications/progress") {
+        let chunk = r.chunk().await.unwrap().expect("progress first");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    for n in 0..20 {
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": n, "_meta": meta()}});
+        let status = modern_request(&c, &url, &cancel)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status.as_u16(), 202);
+    }
+    for method in ["ping", "initialize", "logging/setLevel"] {
+        let body = modern_body(json!(9), method, json!({"level": "debug"}));
+        let r = modern_request(&c, &url, &body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, v["error"]["code"].as_i64()),
+            (404, Some(-32601)),
+            "{method}: {v}"
+        );
+    }
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let last = events(&seen).pop().unwrap();
+    assert_eq!(text_of(&last), "sh:done", "A's call ran to its end: {seen}");
 }

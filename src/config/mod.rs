@@ -430,6 +430,18 @@ fn routes(
         if r.sse_path.is_some() && !configured_legacy {
             errs.push(format!("routes[{i}].sse_path: HTTP+SSE is legacy, but the route's versions list no legacy revision"));
         }
+        let stdio = pools
+            .get(&r.pool)
+            .is_some_and(|p| matches!(p.source, Source::Stdio(_)));
+        let per_principal = pools.get(&r.pool).is_some_and(|p| {
+            matches!(&p.source, Source::Stdio(s) if s.isolation == crate::stdio::Isolation::PerPrincipal)
+        });
+        if per_principal && r.auth != crate::identity::AuthMode::Required {
+            errs.push(format!("routes[{i}].auth: pool '{}' has a process per principal, so its routes need auth = \"required\" (else any Authorization value would start a process)", r.pool));
+        }
+        if stdio && r.sse_path.is_some() {
+            errs.push(format!("routes[{i}].sse_path: pool '{}' runs a stdio server, which serves Streamable HTTP only", r.pool));
+        }
         any_legacy |= configured_legacy;
         let Some(pool) = pools.get(&r.pool) else {
             errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));

@@ -168,3 +168,45 @@ fn type_errors_name_their_dotted_key() {
     let errs = Config::parse(&bad_listener).unwrap_err();
     assert!(errs[0].starts_with("listeners[0].address: "), "{errs:?}");
 }
+
+#[test]
+fn stdio_pools_are_checked() {
+    set_keys();
+    let stdio = MINIMAL.replace(
+        "members = [\"127.0.0.1:9001\"]",
+        "command = [\"node\", \"server.js\"]\nisolation = \"per_session\"\nenv = { A = \"1\" }",
+    );
+    let c = Config::parse(&stdio).unwrap();
+    let pool = &c.runtime.pools["main"];
+    let crate::routing::Source::Stdio(spec) = &pool.source else {
+        panic!("not a stdio pool: {:?}", pool.source);
+    };
+    assert_eq!(spec.command, ["node", "server.js"]);
+    assert_eq!(spec.isolation, crate::stdio::Isolation::PerSession);
+    assert_eq!((spec.processes, spec.max_processes), (1, 32));
+    assert_eq!(spec.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(pool.health.check, crate::routing::CheckKind::None);
+    let both = stdio.replace("[[routes]]", "members = [\"127.0.0.1:9\"]\n[[routes]]");
+    let all = Config::parse(&both).unwrap_err().join("\n");
+    assert!(
+        all.contains("pools[0].command") && all.contains("no members"),
+        "{all}"
+    );
+    let empty = MINIMAL.replace("members = [\"127.0.0.1:9001\"]", "command = []");
+    let all = Config::parse(&empty).unwrap_err().join("\n");
+    assert!(all.contains("pools[0].command: needs the program"), "{all}");
+    let sse = format!("{stdio}sse_path = \"/sse\"\nmessages_path = \"/messages\"\n");
+    let all = Config::parse(&sse).unwrap_err().join("\n");
+    assert!(
+        all.contains("routes[0].sse_path") && all.contains("stdio"),
+        "{all}"
+    );
+    let principal = stdio.replace("per_session", "per_principal");
+    let all = Config::parse(&principal).unwrap_err().join("\n");
+    assert!(all.contains("routes[0].auth") && all.contains("required"), "{all}");
+    let bad = MINIMAL.replace(
+        "members = [\"127.0.0.1:9001\"]",
+        "command = [\"x\"]\nisolation = \"per_tenant\"",
+    );
+    assert!(Config::parse(&bad).is_err());
+}

@@ -1,18 +1,25 @@
 //! A stdio pool's processes and sessions: which process serves a request, supervision of
 //! the shared processes, on-demand processes and their reaping.
+//!
+//! On-demand processes (`per_principal`, `per_session`) are bounded by `max_processes`: a
+//! start takes a place first and gives it back if it fails. A start runs as a task of its
+//! own, so a client that goes away mid-start leaves no process behind: the process is
+//! registered anyway and reaped once idle. Concurrent first requests of one caller share
+//! one start.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::watch;
 
-use super::process::Proc;
+use super::process::{Proc, StartError};
 use super::{now_ms, Isolation, Spec};
 
-/// The `initialize` params the edge sends a process it shares between clients: no client
+/// The `initialize` params the edge sends a process it initialises itself: no client
 /// capabilities, since a server's request could not be told apart by client.
 const EDGE_INIT: &str = concat!(
     r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge","version":""#,
@@ -29,9 +36,24 @@ const MAX_SESSIONS: usize = 10_000;
 pub struct Session {
     pub id: Arc<str>,
     pub target: Target,
-    /// The caller it belongs to (`per_principal`), checked on every request.
-    pub caller: Option<String>,
-    pub last_used: std::sync::atomic::AtomicU64,
+    /// The caller it belongs to, checked on every request.
+    pub caller: String,
+    pub last_used: AtomicU64,
+}
+
+impl Session {
+    pub fn new(id: Arc<str>, target: Target, caller: &str) -> Session {
+        Session {
+            id,
+            target,
+            caller: caller.to_string(),
+            last_used: AtomicU64::new(now_ms()),
+        }
+    }
+
+    pub fn touch(&self) {
+        self.last_used.store(now_ms(), Ordering::Relaxed);
+    }
 }
 
 pub enum Target {
@@ -43,20 +65,29 @@ pub enum Target {
     Own(Arc<Proc>),
 }
 
+type Start = Shared<BoxFuture<'static, Result<Arc<Proc>, String>>>;
+
+enum Caller {
+    Starting(Start),
+    Running(Arc<Proc>),
+}
+
 pub struct Group {
     pub name: Arc<str>,
     pub spec: Arc<Spec>,
     pub addr: SocketAddr,
     pub secret: String,
     slots: Vec<watch::Receiver<Option<Arc<Proc>>>>,
-    callers: Mutex<HashMap<String, Arc<Proc>>>,
-    pub(super) sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
-    /// Per-session processes, counted against `max_processes` with `callers`.
-    owned: AtomicUsize,
+    callers: Mutex<HashMap<String, Caller>>,
+    sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
+    /// On-demand processes running or starting (`max_processes` bounds it).
+    on_demand: AtomicUsize,
     next: AtomicUsize,
     stop: watch::Sender<bool>,
     /// The last start failed (readiness; requests do not wait for a start then).
     failing: Arc<AtomicBool>,
+    /// A probe start is running (`per_principal` readiness).
+    probing: AtomicBool,
     handle: tokio::runtime::Handle,
 }
 
@@ -70,8 +101,10 @@ impl std::fmt::Debug for Group {
 pub enum Unavailable {
     /// No process could be started or none is running.
     NoProcess(String),
-    /// `max_processes` reached.
+    /// `max_processes` (or the session limit) reached.
     Full,
+    /// The server refused the client's own `initialize` (`per_session`): its answer.
+    Refused(String),
 }
 
 impl Group {
@@ -109,18 +142,18 @@ impl Group {
             slots,
             callers: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
-            owned: AtomicUsize::new(0),
+            on_demand: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             stop,
             failing: failing.clone(),
+            probing: AtomicBool::new(false),
             handle: handle.clone(),
         });
         crate::metrics::stdio_processes(&name, 0);
         for (i, tx) in senders.into_iter().enumerate() {
             handle.spawn(supervise(
-                name.clone(),
+                Arc::downgrade(&group),
                 i,
-                spec.clone(),
                 tx,
                 stopped.clone(),
                 failing.clone(),
@@ -134,17 +167,47 @@ impl Group {
             stopped.clone(),
         ));
         handle.spawn(reap(Arc::downgrade(&group), stopped));
+        if group.slots.is_empty() {
+            group.probe();
+        }
         Ok(group)
     }
 
-    /// Ready: a shared process runs (or, with none configured, on-demand starts work).
+    /// Ready: a shared process runs; with none configured, the command starts and answers
+    /// `initialize` (a probe at start, and again after a failed start, until one works).
     pub fn ready(&self) -> bool {
         if self.slots.is_empty() {
-            return !self.failing.load(Ordering::Relaxed);
+            return !self.failing.load(Ordering::Relaxed) && !self.probing.load(Ordering::Relaxed);
         }
-        self.slots
-            .iter()
-            .any(|s| s.borrow().as_ref().is_some_and(|p| p.is_alive()))
+        self.slots.iter().any(|s| live(s).is_some())
+    }
+
+    /// Start a process, initialise it and stop it, until that works once: the readiness of
+    /// a pool whose processes start on demand.
+    fn probe(self: &Arc<Self>) {
+        if self.probing.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let group = Arc::downgrade(self);
+        self.handle.spawn(async move {
+            let mut backoff = Duration::from_millis(500);
+            loop {
+                let Some(g) = group.upgrade() else { return };
+                if *g.stop.borrow() {
+                    return;
+                }
+                match g.start_initialised(None, EDGE_INIT, false).await {
+                    Ok(p) => {
+                        p.stop(g.spec.stop_grace).await;
+                        g.probing.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(_) => drop(g),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        });
     }
 
     /// A shared process for a request without a session: round-robin over the running
@@ -177,10 +240,10 @@ impl Group {
         let Some(rx) = self.slots.get(i) else {
             return Err(Unavailable::NoProcess("no such process".into()));
         };
+        if let Some(p) = live(rx) {
+            return Ok(p);
+        }
         if self.failing.load(Ordering::Relaxed) {
-            if let Some(p) = live(rx) {
-                return Ok(p);
-            }
             return Err(Unavailable::NoProcess(format!(
                 "the server of pool {} fails to start (see the log)",
                 self.name
@@ -202,67 +265,153 @@ impl Group {
         }
     }
 
-    /// The caller's own process (`per_principal`), started on first use.
-    pub async fn for_caller(&self, caller: &str) -> Result<Arc<Proc>, Unavailable> {
-        let existing = self.lock_callers().get(caller).cloned();
-        if let Some(p) = existing.filter(|p| p.is_alive()) {
-            return Ok(p);
-        }
-        if self.on_demand() >= self.spec.max_processes {
-            self.reap_idle(true).await;
-            if self.on_demand() >= self.spec.max_processes {
-                return Err(Unavailable::Full);
+    /// Take a place for an on-demand process, within `max_processes` (idle ones are
+    /// reaped first when there is none).
+    async fn reserve(&self) -> Result<(), Unavailable> {
+        for attempt in 0..2 {
+            let max = self.spec.max_processes;
+            let took = self
+                .on_demand
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok();
+            if took {
+                return Ok(());
+            }
+            if attempt == 0 {
+                self.reap_idle(true).await;
             }
         }
-        let proc = self.start_initialised(None, EDGE_INIT).await?;
-        let mut callers = self.lock_callers();
-        // Two first requests raced: keep the first process, stop the other.
-        if let Some(p) = callers.get(caller).filter(|p| p.is_alive()).cloned() {
-            drop(callers);
-            let spare = proc.clone();
-            let grace = self.spec.stop_grace;
-            self.handle.spawn(async move { spare.stop(grace).await });
-            return Ok(p);
-        }
-        callers.insert(caller.to_string(), proc.clone());
-        drop(callers);
-        self.publish();
-        Ok(proc)
+        Err(Unavailable::Full)
     }
 
-    /// A process for one legacy session (`per_session`), initialised with the client's
-    /// own `initialize` params.
+    fn release(&self) {
+        let _ = self
+            .on_demand
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// The caller's own process (`per_principal`), started on first use; concurrent first
+    /// requests share one start.
+    pub async fn for_caller(self: &Arc<Self>, caller: &str) -> Result<Arc<Proc>, Unavailable> {
+        let start = {
+            let mut callers = self.lock_callers();
+            let dead = match callers.get(caller) {
+                Some(Caller::Running(p)) if p.is_alive() => return Ok(p.clone()),
+                Some(Caller::Starting(s)) => Some(s.clone()),
+                Some(Caller::Running(_)) => {
+                    // It ended: its place goes back, and a new one starts below.
+                    self.release();
+                    None
+                }
+                None => None,
+            };
+            dead.unwrap_or_else(|| {
+                // Under this lock: one start per caller.
+                let start = self.caller_start(caller);
+                callers.insert(caller.to_string(), Caller::Starting(start.clone()));
+                start
+            })
+        };
+        start.await.map_err(Unavailable::NoProcess)
+    }
+
+    /// A start for `caller`, run as a task of its own; it registers (or forgets) itself.
+    fn caller_start(self: &Arc<Self>, caller: &str) -> Start {
+        let group = self.clone();
+        let caller = caller.to_string();
+        let task = self.handle.spawn(async move {
+            let result = match group.reserve().await {
+                Ok(()) => match group.start_initialised(None, EDGE_INIT, true).await {
+                    Ok(p) => Ok(p),
+                    Err(e) => {
+                        group.release();
+                        Err(e.message)
+                    }
+                },
+                Err(_) => Err(format!(
+                    "runs max_processes ({}) processes; try again later",
+                    group.spec.max_processes
+                )),
+            };
+            let mut callers = group.lock_callers();
+            match &result {
+                Ok(p) => {
+                    callers.insert(caller, Caller::Running(p.clone()));
+                }
+                Err(_) => {
+                    callers.remove(&caller);
+                }
+            }
+            drop(callers);
+            group.publish();
+            result
+        });
+        async move {
+            task.await
+                .unwrap_or_else(|e| Err(format!("the start failed: {e}")))
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// A new legacy session with a process of its own (`per_session`), initialised with the
+    /// client's own `initialize` params. The session is registered by the start itself.
     pub async fn for_session(
-        &self,
-        session: Arc<str>,
+        self: &Arc<Self>,
+        id: Arc<str>,
+        caller: &str,
         params: &str,
     ) -> Result<Arc<Proc>, Unavailable> {
-        if self.on_demand() >= self.spec.max_processes {
-            self.reap_idle(true).await;
-            if self.on_demand() >= self.spec.max_processes {
-                return Err(Unavailable::Full);
+        self.reserve().await?;
+        let group = self.clone();
+        let params = params.to_string();
+        let caller = caller.to_string();
+        let task = self.handle.spawn(async move {
+            let started = group
+                .start_initialised(Some(id.clone()), &params, true)
+                .await;
+            let proc = match started {
+                Ok(p) => p,
+                Err(e) => {
+                    group.release();
+                    return Err(match e.refused {
+                        Some(answer) => Unavailable::Refused(answer),
+                        None => Unavailable::NoProcess(e.message),
+                    });
+                }
+            };
+            let session = Session::new(id, Target::Own(proc.clone()), &caller);
+            if let Err(u) = group.add_session(session).await {
+                proc.stop(group.spec.stop_grace).await;
+                group.release();
+                return Err(u);
             }
-        }
-        self.owned.fetch_add(1, Ordering::Relaxed);
-        let proc = self.start_initialised(Some(session), params).await;
-        if proc.is_err() {
-            self.owned.fetch_sub(1, Ordering::Relaxed);
-        }
-        self.publish();
-        proc
+            group.publish();
+            Ok(proc)
+        });
+        task.await
+            .unwrap_or_else(|e| Err(Unavailable::NoProcess(format!("the start failed: {e}"))))
     }
 
+    /// Start and initialise a process. `on_demand`: a failure is the client's own (its
+    /// `initialize`) or the command's: only the command's marks the pool failing.
     async fn start_initialised(
-        &self,
+        self: &Arc<Self>,
         owner: Option<Arc<str>>,
         params: &str,
-    ) -> Result<Arc<Proc>, Unavailable> {
-        let started = match Proc::spawn(&self.spec, self.name.clone(), owner) {
+        on_demand: bool,
+    ) -> Result<Arc<Proc>, StartError> {
+        let private = owner.is_some() || self.spec.isolation == Isolation::PerPrincipal;
+        let started = match Proc::spawn(&self.spec, self.name.clone(), owner, private) {
             Ok(p) => p,
             Err(e) => {
-                self.failing.store(true, Ordering::Relaxed);
-                crate::metrics::stdio_start(&self.name, false);
-                return Err(Unavailable::NoProcess(format!("cannot start: {e}")));
+                self.failed(on_demand, &format!("cannot start: {e}"));
+                return Err(StartError {
+                    message: format!("cannot start: {e}"),
+                    refused: None,
+                });
             }
         };
         match started.initialize(params, self.spec.start_timeout).await {
@@ -272,22 +421,45 @@ impl Group {
                 Ok(started)
             }
             Err(e) => {
-                self.failing.store(true, Ordering::Relaxed);
-                crate::metrics::stdio_start(&self.name, false);
-                log::error!("stdio pool {}: process {}: {e}", self.name, started.pid);
                 started.stop(self.spec.stop_grace).await;
-                Err(Unavailable::NoProcess(e))
+                if e.refused.is_some() {
+                    // The server refused this client's initialize: the client hears why.
+                    log::warn!(
+                        "stdio pool {}: process {} refused initialize: {}",
+                        self.name,
+                        started.pid,
+                        e.message
+                    );
+                    crate::metrics::stdio_start(&self.name, false);
+                } else {
+                    self.failed(
+                        on_demand,
+                        &format!("process {}: {}", started.pid, e.message),
+                    );
+                }
+                Err(e)
             }
         }
     }
 
+    fn failed(self: &Arc<Self>, on_demand: bool, why: &str) {
+        log::error!("stdio pool {}: {why}", self.name);
+        // Failing before counted: whoever sees the count sees the pool failing.
+        self.failing.store(true, Ordering::Relaxed);
+        crate::metrics::stdio_start(&self.name, false);
+        if on_demand && self.slots.is_empty() {
+            // Readiness comes back once a probe start works again.
+            self.probe();
+        }
+    }
+
     /// The process a session's requests go to; `None` when it is gone (its own process
-    /// ended, or the session is unknown).
+    /// ended).
     pub async fn session_process(
-        &self,
+        self: &Arc<Self>,
         session: &Session,
     ) -> Result<Option<Arc<Proc>>, Unavailable> {
-        session.last_used.store(now_ms(), Ordering::Relaxed);
+        session.touch();
         match &session.target {
             Target::Slot(i) => self.slot(*i).await.map(Some),
             Target::Caller(c) => self.for_caller(c).await.map(Some),
@@ -299,9 +471,12 @@ impl Group {
         }
     }
 
-    pub fn add_session(&self, session: Session) -> Result<Arc<Session>, Unavailable> {
+    pub async fn add_session(&self, session: Session) -> Result<Arc<Session>, Unavailable> {
+        if self.lock_sessions().len() >= MAX_SESSIONS {
+            self.reap_idle(true).await;
+        }
         let mut sessions = self.lock_sessions();
-        if sessions.len() >= MAX_SESSIONS {
+        if sessions.len() >= MAX_SESSIONS || sessions.contains_key(&session.id) {
             return Err(Unavailable::Full);
         }
         let s = Arc::new(session);
@@ -320,23 +495,26 @@ impl Group {
         };
         if let Target::Own(p) = &s.target {
             p.stop(self.spec.stop_grace).await;
-            self.owned.fetch_sub(1, Ordering::Relaxed);
+            self.release();
             self.publish();
         }
     }
 
     /// Stop on-demand processes and forget sessions unused for `idle` (all idle ones
-    /// beyond half of it when `pressed` by `max_processes`).
+    /// beyond half of it when `pressed` by `max_processes`). Sessions whose own process
+    /// ended, and callers' processes that ended, go at once.
     async fn reap_idle(&self, pressed: bool) {
         let idle = self.spec.idle.as_millis() as u64;
         let cutoff = now_ms().saturating_sub(if pressed { idle / 2 } else { idle });
         let stale: Vec<Arc<str>> = self
             .lock_sessions()
             .values()
-            .filter(|s| s.last_used.load(Ordering::Relaxed) < cutoff)
             .filter(|s| match &s.target {
-                Target::Own(p) => p.in_flight() == 0,
-                _ => true,
+                Target::Own(p) if !p.is_alive() => true,
+                Target::Own(p) => {
+                    s.last_used.load(Ordering::Relaxed) < cutoff && p.in_flight() == 0
+                }
+                _ => s.last_used.load(Ordering::Relaxed) < cutoff,
             })
             .map(|s| s.id.clone())
             .collect();
@@ -347,23 +525,30 @@ impl Group {
             let mut callers = self.lock_callers();
             let gone: Vec<String> = callers
                 .iter()
-                .filter(|(_, p)| {
-                    !p.is_alive()
-                        || (p.last_used.load(Ordering::Relaxed) < cutoff && p.in_flight() == 0)
+                .filter(|(_, c)| match c {
+                    Caller::Running(p) => {
+                        !p.is_alive()
+                            || (p.last_used.load(Ordering::Relaxed) < cutoff && p.in_flight() == 0)
+                    }
+                    Caller::Starting(_) => false,
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
-            gone.iter().filter_map(|k| callers.remove(k)).collect()
+            gone.iter()
+                .filter_map(|k| match callers.remove(k) {
+                    Some(Caller::Running(p)) => Some(p),
+                    _ => None,
+                })
+                .collect()
         };
         if !idle_callers.is_empty() {
             let grace = self.spec.stop_grace;
             futures::future::join_all(idle_callers.iter().map(|p| p.stop(grace))).await;
+            for _ in &idle_callers {
+                self.release();
+            }
             self.publish();
         }
-    }
-
-    fn on_demand(&self) -> usize {
-        self.lock_callers().len() + self.owned.load(Ordering::Relaxed)
     }
 
     /// `mcp_edge_stdio_processes{pool}`: processes running now.
@@ -372,17 +557,23 @@ impl Group {
         let callers = self
             .lock_callers()
             .values()
-            .filter(|p| p.is_alive())
+            .filter(|c| matches!(c, Caller::Running(p) if p.is_alive()))
             .count();
-        let owned = self.owned.load(Ordering::Relaxed);
+        let owned = self
+            .lock_sessions()
+            .values()
+            .filter(|s| matches!(&s.target, Target::Own(p) if p.is_alive()))
+            .count();
         crate::metrics::stdio_processes(&self.name, (shared + callers + owned) as i64);
     }
 
-    /// Stop every process (shutdown, or the pool left the configuration).
-    pub async fn stop(&self) {
-        let _ = self.stop.send(true);
+    /// Every process of the group, to stop.
+    fn all(&self) -> Vec<Arc<Proc>> {
         let mut all: Vec<Arc<Proc>> = self.slots.iter().filter_map(live).collect();
-        all.extend(self.lock_callers().drain().map(|(_, p)| p));
+        all.extend(self.lock_callers().drain().filter_map(|(_, c)| match c {
+            Caller::Running(p) => Some(p),
+            Caller::Starting(_) => None,
+        }));
         all.extend(
             self.lock_sessions()
                 .drain()
@@ -391,12 +582,19 @@ impl Group {
                     _ => None,
                 }),
         );
+        all
+    }
+
+    /// Stop every process (shutdown).
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let all = self.all();
         let grace = self.spec.stop_grace;
         futures::future::join_all(all.iter().map(|p| p.stop(grace))).await;
         crate::metrics::stdio_processes(&self.name, 0);
     }
 
-    fn lock_callers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Proc>>> {
+    fn lock_callers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
         self.callers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -409,16 +607,7 @@ impl Drop for Group {
     /// The pool left the configuration: its processes stop.
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        let mut all: Vec<Arc<Proc>> = self.slots.iter().filter_map(live).collect();
-        all.extend(self.lock_callers().drain().map(|(_, p)| p));
-        all.extend(
-            self.lock_sessions()
-                .drain()
-                .filter_map(|(_, s)| match &s.target {
-                    Target::Own(p) => Some(p.clone()),
-                    _ => None,
-                }),
-        );
+        let all = self.all();
         let grace = self.spec.stop_grace;
         self.handle.spawn(async move {
             futures::future::join_all(all.iter().map(|p| p.stop(grace))).await;
@@ -432,9 +621,8 @@ fn live(slot: &watch::Receiver<Option<Arc<Proc>>>) -> Option<Arc<Proc>> {
 
 /// Keep shared slot `i` running: start, initialise, wait for the end, back off, again.
 async fn supervise(
-    pool: Arc<str>,
+    group: Weak<Group>,
     i: usize,
-    spec: Arc<Spec>,
     slot: watch::Sender<Option<Arc<Proc>>>,
     mut stopped: watch::Receiver<bool>,
     failing: Arc<AtomicBool>,
@@ -446,43 +634,36 @@ async fn supervise(
         if *stopped.borrow() {
             return;
         }
+        let Some(g) = group.upgrade() else { return };
+        let (pool, spec) = (g.name.clone(), g.spec.clone());
         let began = tokio::time::Instant::now();
-        match Proc::spawn(&spec, pool.clone(), None) {
-            Ok(proc) => match proc.initialize(EDGE_INIT, spec.start_timeout).await {
-                Ok(init) => {
-                    log::info!(
-                        "stdio pool {pool}: process {} (slot {i}) ready, speaking {}",
-                        proc.pid,
-                        init.version
-                    );
-                    crate::metrics::stdio_start(&pool, true);
-                    failing.store(false, Ordering::Relaxed);
-                    slot.send_replace(Some(proc.clone()));
-                    tokio::select! {
-                        _ = proc.ended() => {}
-                        _ = until(&mut stopped) => {
-                            proc.stop(spec.stop_grace).await;
-                            slot.send_replace(None);
-                            return;
-                        }
-                    }
-                    slot.send_replace(None);
-                    crate::metrics::stdio_exit(&pool);
-                }
-                Err(e) => {
-                    log::error!("stdio pool {pool}: process {} (slot {i}): {e}", proc.pid);
-                    crate::metrics::stdio_start(&pool, false);
-                    failing.store(true, Ordering::Relaxed);
+        let started = g.start_initialised(None, EDGE_INIT, false).await;
+        drop(g);
+        if let Ok(proc) = started {
+            log::info!(
+                "stdio pool {pool}: process {} (slot {i}) ready, speaking {}",
+                proc.pid,
+                proc.init.get().map_or("?", |i| i.version.as_str())
+            );
+            failing.store(false, Ordering::Relaxed);
+            slot.send_replace(Some(proc.clone()));
+            if let Some(g) = group.upgrade() {
+                g.publish();
+            }
+            tokio::select! {
+                _ = proc.ended() => {}
+                _ = until(&mut stopped) => {
                     proc.stop(spec.stop_grace).await;
+                    slot.send_replace(None);
+                    return;
                 }
-            },
-            Err(e) => {
-                log::error!(
-                    "stdio pool {pool}: cannot start {:?}: {e}",
-                    spec.command.first()
-                );
-                crate::metrics::stdio_start(&pool, false);
-                failing.store(true, Ordering::Relaxed);
+            }
+            slot.send_replace(None);
+            // Ended on its own, or closed its stdout: either way it is stopped for good.
+            proc.stop(spec.stop_grace).await;
+            crate::metrics::stdio_exit(&pool);
+            if let Some(g) = group.upgrade() {
+                g.publish();
             }
         }
         // A process that ran a while starts again at once; one that keeps failing waits
@@ -499,7 +680,7 @@ async fn supervise(
 }
 
 /// Reap idle sessions and on-demand processes while the group lives.
-async fn reap(group: std::sync::Weak<Group>, mut stopped: watch::Receiver<bool>) {
+async fn reap(group: Weak<Group>, mut stopped: watch::Receiver<bool>) {
     loop {
         let every = match group.upgrade() {
             Some(g) => (g.spec.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),

@@ -82,8 +82,9 @@ pub fn now_ms() -> u64 {
 /// they live as long as the edge whatever Pingora's services do.
 fn handle() -> Option<tokio::runtime::Handle> {
     static HANDLE: LazyLock<Option<tokio::runtime::Handle>> = LazyLock::new(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(threads)
             .thread_name("mcp-edge-stdio")
             .enable_all()
             .build()

@@ -7,10 +7,16 @@
 //! - Lines on stdout are messages (newline-delimited JSON, at most [`MAX_LINE`] bytes; a
 //!   longer one ends the process, as a server that broke the framing). stderr goes to the
 //!   log, prefixed with the pool and the process id.
-//! - When the process ends, every request still waiting gets [`Out::Exited`].
+//! - When the process ends (its stdout closes), every request still waiting gets
+//!   [`Out::Exited`]. It runs in a process group of its own: stopping it (SIGTERM, then
+//!   SIGKILL) reaches whatever it started, and when it exits, what it left behind is killed.
+//! - It gets only a small part of the edge's environment ([`PASSED_ENV`]) plus the pool's
+//!   `env`: the edge's own secrets (a key ring in `keys_env`, say) never reach it.
+//! - What waits to be written to its stdin is bounded in bytes ([`MAX_QUEUED`]); over it a
+//!   request is refused as busy, never queued.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +30,13 @@ use super::Spec;
 /// The longest stdout line read (a message).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
 /// Events (progress, notifications) queued for a slow client before newer ones are dropped.
-const EVENTS_QUEUED: usize = 256;
+const EVENTS_QUEUED: usize = 64;
+/// Bytes waiting for the process's stdin at most (a line alone may be longer).
+pub const MAX_QUEUED: usize = 8 * 1024 * 1024;
+/// The edge's environment variables a process gets (as the MCP SDKs' stdio clients pass).
+pub const PASSED_ENV: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR",
+];
 
 /// What a waiting request receives at its end.
 #[derive(Debug)]
@@ -33,6 +45,8 @@ pub enum Out {
     Final(String),
     /// The process ended before answering.
     Exited,
+    /// The client cancelled it (`notifications/cancelled`).
+    Cancelled,
 }
 
 /// A request the process owes an answer to.
@@ -65,11 +79,19 @@ pub struct Init {
 pub struct Proc {
     pub pool: Arc<str>,
     pub pid: u32,
-    stdin: mpsc::Sender<Vec<u8>>,
+    stdin: mpsc::UnboundedSender<Vec<u8>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next: AtomicU64,
     pub init: std::sync::OnceLock<Init>,
     exited: watch::Receiver<bool>,
+    /// stdout closed: nothing more will be answered.
+    closed: watch::Receiver<bool>,
+    /// Serves one caller (its session's, `per_session`, or its principal's): the server's
+    /// own notifications all go to its sessions. A process serving everyone passes on only
+    /// list changes.
+    private: bool,
+    /// Bytes queued for stdin.
+    queued: Arc<AtomicUsize>,
     /// The legacy session that owns it (`per_session`): its streams get the process's own
     /// requests and notifications.
     pub owner: Option<Arc<str>>,
@@ -78,7 +100,7 @@ pub struct Proc {
     /// Last use, in [`super::now_ms`] time.
     pub last_used: AtomicU64,
     stopping: AtomicBool,
-    /// stdout closed: nothing more will be answered.
+    /// stdout closed (set before the requests waiting are answered).
     deaf: AtomicBool,
 }
 
@@ -94,6 +116,25 @@ pub enum CallError {
     Exited,
     /// The message could not be rewritten (not a single JSON-RPC object).
     Unreadable,
+    /// Its stdin is [`MAX_QUEUED`] behind.
+    Busy,
+}
+
+/// Why a process could not be initialised.
+#[derive(Debug)]
+pub struct StartError {
+    pub message: String,
+    /// The server answered `initialize` with an error: that answer (id 0).
+    pub refused: Option<String>,
+}
+
+impl StartError {
+    fn new(message: impl Into<String>) -> StartError {
+        StartError {
+            message: message.into(),
+            refused: None,
+        }
+    }
 }
 
 impl Proc {
@@ -102,15 +143,22 @@ impl Proc {
         spec: &Spec,
         pool: Arc<str>,
         owner: Option<Arc<str>>,
+        private: bool,
     ) -> std::io::Result<Arc<Proc>> {
         let (program, args) = spec
             .command
             .split_first()
             .ok_or_else(|| std::io::Error::other("empty command"))?;
         let mut command = Command::new(program);
+        let passed = PASSED_ENV
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
         command
             .args(args)
+            .env_clear()
+            .envs(passed)
             .envs(spec.env.iter())
+            .process_group(0)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -119,14 +167,18 @@ impl Proc {
             command.current_dir(cwd);
         }
         let mut child = command.spawn()?;
-        let pid = child.id().unwrap_or(0);
+        let Some(pid) = child.id().filter(|p| *p > 0 && *p <= i32::MAX as u32) else {
+            return Err(std::io::Error::other("the child has no process id"));
+        };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(std::io::Error::other("the child's pipes are missing"));
         };
-        let (lines, mut queued) = mpsc::channel::<Vec<u8>>(1024);
+        let (lines, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
         let (exit_tx, exited) = watch::channel(false);
+        let (closed_tx, closed) = watch::channel(false);
+        let queued = Arc::new(AtomicUsize::new(0));
         let proc = Arc::new(Proc {
             pool: pool.clone(),
             pid,
@@ -135,19 +187,31 @@ impl Proc {
             next: AtomicU64::new(1),
             init: Default::default(),
             exited,
+            closed,
+            private,
+            queued: queued.clone(),
             owner,
             listeners: Mutex::new(Vec::new()),
             last_used: AtomicU64::new(super::now_ms()),
             stopping: AtomicBool::new(false),
             deaf: AtomicBool::new(false),
         });
+        let mut gone = proc.closed.clone();
         tokio::spawn(async move {
             let mut stdin = stdin;
-            while let Some(line) = queued.recv().await {
-                if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            loop {
+                let line = tokio::select! {
+                    line = queue.recv() => line,
+                    _ = gone.wait_for(|c| *c) => None,
+                };
+                let Some(line) = line else { break };
+                let written = stdin.write_all(&line).await.is_ok() && stdin.flush().await.is_ok();
+                queued.fetch_sub(line.len(), Ordering::Relaxed);
+                if !written {
                     break;
                 }
             }
+            // stdin closes here: a server that reads it sees its end.
         });
         tokio::spawn(log_stderr(stderr, pool.clone(), pid));
         let reader = proc.clone();
@@ -155,40 +219,54 @@ impl Proc {
             reader.read_stdout(stdout).await;
             // Nothing more can be answered: a request still waiting learns it now.
             reader.fail_pending();
+            let _ = closed_tx.send(true);
         });
         tokio::spawn(wait(child, pool, pid, exit_tx));
         Ok(proc)
     }
 
-    pub fn is_alive(&self) -> bool {
-        !self.deaf.load(Ordering::SeqCst) && !*self.exited.borrow() && !self.stdin.is_closed()
+    /// Serves one caller only.
+    pub fn is_private(&self) -> bool {
+        self.private
     }
 
-    /// Resolves when the process has ended.
+    pub fn is_alive(&self) -> bool {
+        !self.deaf.load(Ordering::SeqCst) && !*self.exited.borrow()
+    }
+
+    /// Resolves when the process can answer nothing more (its stdout closed: it ended, or
+    /// it closed its stdout and must be stopped).
     pub async fn ended(&self) {
-        let mut exited = self.exited.clone();
-        let _ = exited.wait_for(|e| *e).await;
+        let mut closed = self.closed.clone();
+        let _ = closed.wait_for(|e| *e).await;
+    }
+
+    fn group(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.pid as i32)
     }
 
     /// `initialize` with `params`, then `notifications/initialized`, within `timeout`.
-    pub async fn initialize(&self, params: &str, timeout: Duration) -> Result<Init, String> {
+    pub async fn initialize(&self, params: &str, timeout: Duration) -> Result<Init, StartError> {
         let line = format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{params}}}"#);
         let call = self
             .request(&line, None, false)
-            .map_err(|e| format!("{e:?}"))?;
+            .map_err(|e| StartError::new(format!("cannot send initialize: {e:?}")))?;
         let answer = tokio::select! {
-            a = call.done => a.map_err(|_| "no answer".to_string())?,
+            a = call.done => a.map_err(|_| StartError::new("no answer"))?,
             _ = tokio::time::sleep(timeout) => {
                 self.forget(call.number);
-                return Err(format!("no answer to initialize within {} ms", timeout.as_millis()));
+                return Err(StartError::new(format!("no answer to initialize within {} ms", timeout.as_millis())));
             }
         };
         let Out::Final(text) = answer else {
-            return Err("the process ended during initialize".into());
+            return Err(StartError::new("the process ended during initialize"));
         };
-        let init = read_init(&text)?;
+        let init = read_init(&text).map_err(|message| StartError {
+            message,
+            refused: Some(text.clone()),
+        })?;
         self.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .map_err(|_| "the process ended after initialize".to_string())?;
+            .map_err(|_| StartError::new("the process ended after initialize"))?;
         let _ = self.init.set(init.clone());
         Ok(init)
     }
@@ -231,9 +309,13 @@ impl Proc {
         );
         self.last_used.store(super::now_ms(), Ordering::Relaxed);
         // Registered before this check, or answered by `fail_pending`: never both missed.
-        if self.deaf.load(Ordering::SeqCst) || self.send_line(&line).is_err() {
+        if self.deaf.load(Ordering::SeqCst) {
             self.forget(number);
             return Err(CallError::Exited);
+        }
+        if let Err(e) = self.send_line(&line) {
+            self.forget(number);
+            return Err(e);
         }
         Ok(Call {
             number,
@@ -247,7 +329,16 @@ impl Proc {
         let mut line = Vec::with_capacity(text.len() + 1);
         line.extend(text.bytes().filter(|b| *b != b'\n' && *b != b'\r'));
         line.push(b'\n');
-        self.stdin.try_send(line).map_err(|_| CallError::Exited)
+        let len = line.len();
+        let before = self.queued.fetch_add(len, Ordering::Relaxed);
+        if before > 0 && before + len > MAX_QUEUED {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return Err(CallError::Busy);
+        }
+        self.stdin.send(line).map_err(|_| {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            CallError::Exited
+        })
     }
 
     /// The client gave up on request `number` (closed its stream): tell the server.
@@ -279,7 +370,9 @@ impl Proc {
             return;
         };
         if let Some(line) = splice(text, &[(request_id, &number.to_string())]) {
-            self.lock_pending().remove(&number);
+            if let Some(p) = self.lock_pending().remove(&number) {
+                let _ = p.done.send(Out::Cancelled);
+            }
             let _ = self.send_line(&line);
         }
     }
@@ -290,10 +383,16 @@ impl Proc {
     }
 
     /// A session's standalone stream: the process's own messages for it.
-    pub fn listen(&self, session: Arc<str>, sink: mpsc::Sender<String>) {
+    /// False when the session already has one open (the client gets 409, as from an SDK
+    /// server).
+    pub fn listen(&self, session: Arc<str>, sink: mpsc::Sender<String>) -> bool {
         let mut listeners = self.lock_listeners();
-        listeners.retain(|(s, tx)| *s != session && !tx.is_closed());
+        listeners.retain(|(_, tx)| !tx.is_closed());
+        if listeners.iter().any(|(s, _)| *s == session) {
+            return false;
+        }
         listeners.push((session, sink));
+        true
     }
 
     pub fn unlisten(&self, session: &str) {
@@ -303,19 +402,22 @@ impl Proc {
     /// Ask the process to stop (SIGTERM), and kill it (SIGKILL) if it has not ended within
     /// `grace`.
     pub async fn stop(&self, grace: Duration) {
-        if self.stopping.swap(true, Ordering::Relaxed) || !self.is_alive() {
+        if self.stopping.swap(true, Ordering::Relaxed) || *self.exited.borrow() {
             return;
         }
-        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        if tokio::time::timeout(grace, self.ended()).await.is_err() {
+        let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGTERM);
+        let mut exited = self.exited.clone();
+        let exit = async move {
+            let _ = exited.wait_for(|e| *e).await;
+        };
+        if tokio::time::timeout(grace, exit).await.is_err() {
             log::warn!(
                 "stdio pool {}: process {} did not stop within {} ms of SIGTERM; killing it",
                 self.pool,
                 self.pid,
                 grace.as_millis()
             );
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGKILL);
         }
     }
 
@@ -337,8 +439,8 @@ impl Proc {
                         self.pid,
                         MAX_LINE
                     );
-                    let pid = nix::unistd::Pid::from_raw(self.pid as i32);
-                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    let _ =
+                        nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGKILL);
                     return;
                 }
                 Ok(_) => {}
@@ -401,9 +503,12 @@ impl Proc {
             return;
         }
         // A notification of the server's own (logging, list changes, resource updates):
-        // the owning session's streams, or every session's standalone stream on this
-        // process.
-        self.to_sessions(text);
+        // the owning session's streams, or the standalone streams of the sessions on this
+        // process. A process serving everyone passes on only list changes: a log line or a
+        // resource update may be about one client's call, and nothing says whose.
+        if self.private || method.ends_with("/list_changed") {
+            self.to_sessions(text);
+        }
     }
 
     /// A request from the server to its client (elicitation, sampling, roots, ping).
@@ -523,6 +628,11 @@ async fn wait(mut child: Child, pool: Arc<str>, pid: u32, exited: watch::Sender<
         Err(e) => log::warn!("stdio pool {pool}: process {pid}: cannot wait for it: {e}"),
     }
     let _ = exited.send(true);
+    // What it started and left behind (holding its pipes, say) goes with it.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 fn clip(text: &str) -> &str {

@@ -3,11 +3,15 @@
 //! its progress, as an event stream) comes back.
 //!
 //! - Legacy (2025) clients: `initialize` opens a session (a process chosen by isolation; the
-//!   answer is the process's own `InitializeResult`, in the client's revision), then
-//!   requests, notifications, responses, the standalone `GET` stream and `DELETE`.
+//!   answer is the process's own `InitializeResult`), then requests, notifications,
+//!   responses, the standalone `GET` stream and `DELETE`. A session belongs to the caller
+//!   that opened it. Notifications and responses from a client reach only a process that
+//!   serves that client alone (a shared process hears only its cancellations).
 //! - 2026-07-28 requests: no session; `server/discover` is answered from the process's
-//!   `initialize` result; other requests are forwarded and their results marked
-//!   `resultType: "complete"` when the server left it out.
+//!   `initialize` result; the methods of the revision are forwarded (others get 404
+//!   -32601, as from a 2026-07-28 server), their results marked `resultType: "complete"`
+//!   (and cache hints) where the server left them out; notifications are accepted and
+//!   dropped (a 2026-07-28 client cancels by closing its stream).
 //! - A request whose client goes away (its response closed) is cancelled at the process
 //!   (`notifications/cancelled`).
 
@@ -27,7 +31,7 @@ use super::group::{Group, Session, Target, Unavailable};
 use super::process::{Call, CallError, Out, Proc, MAX_LINE};
 use super::wire::{field, splice, Message};
 use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
-use crate::mcp::{is_legacy_version, MODERN_VERSION};
+use crate::mcp::MODERN_VERSION;
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -59,6 +63,8 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(handle(group, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
                 .keep_alive(true)
                 .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
                 .await;
@@ -84,7 +90,7 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
     };
     let headers = req.headers();
     let secret = headers.get(SECRET_HEADER).map(|v| v.as_bytes());
-    if secret != Some(group.secret.as_bytes()) {
+    if !secret.is_some_and(|s| same(s, group.secret.as_bytes())) {
         return plain(StatusCode::FORBIDDEN, "only mcp-edge itself may call this");
     }
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -182,9 +188,11 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
             // `initialize`, `per_session`).
             "notifications/initialized" => {}
             "notifications/cancelled" => proc.forward_cancel(text, Some(&session.id)),
-            _ => {
+            // Roots changed and the like: news for a server serving this client alone.
+            _ if proc.is_private() => {
                 let _ = proc.send_line(text);
             }
+            _ => {}
         }
         return plain(StatusCode::ACCEPTED, "");
     }
@@ -199,11 +207,16 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         return rpc_error(StatusCode::BAD_REQUEST, msg.id, -32600, "Invalid Request");
     }
     let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner.is_some());
-    call(proc, text, Some(session.id.clone()), msg.id, stream, None).await
+    call(proc, text, Some(session), msg.id, stream, None).await
 }
 
 fn owned_by(session: &Session, asked: &Asked<'_>) -> bool {
-    session.caller.as_deref().is_none_or(|c| c == asked.caller)
+    session.caller == asked.caller
+}
+
+/// Equal, in time independent of where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A legacy `initialize`: a process by isolation, a new session, the process's answer.
@@ -211,61 +224,51 @@ async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) ->
     let Some(id) = msg.id else {
         return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
     };
-    let sid = new_session_id();
-    let requested = msg
-        .param("protocolVersion")
-        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
-    let spec = &group.spec;
-    let (target, proc, caller) = match spec.isolation {
+    let Some(sid) = new_session_id() else {
+        return unavailable(
+            group,
+            Unavailable::NoProcess("no randomness".into()),
+            Some(id),
+        );
+    };
+    let proc = match group.spec.isolation {
         Isolation::PerSession => {
+            // The session is registered with its process.
             let params = msg.params.map_or("{}", |p| p.get());
-            match group.for_session(sid.clone(), params).await {
-                Ok(p) => (Target::Own(p.clone()), p, None),
+            match group.for_session(sid.clone(), asked.caller, params).await {
+                Ok(p) => p,
+                Err(Unavailable::Refused(answer)) => return refused(&answer, id),
                 Err(u) => return unavailable(group, u, Some(id)),
             }
         }
-        Isolation::PerPrincipal => match group.for_caller(asked.caller).await {
-            Ok(p) => (
-                Target::Caller(asked.caller.to_string()),
-                p,
-                Some(asked.caller.to_string()),
-            ),
-            Err(u) => return unavailable(group, u, Some(id)),
-        },
-        Isolation::Shared => match group.any_slot().await {
-            Ok((slot, p)) => (Target::Slot(slot), p, None),
-            Err(u) => return unavailable(group, u, Some(id)),
-        },
+        isolation => {
+            let (target, proc) = match isolation {
+                Isolation::PerPrincipal => match group.for_caller(asked.caller).await {
+                    Ok(p) => (Target::Caller(asked.caller.to_string()), p),
+                    Err(u) => return unavailable(group, u, Some(id)),
+                },
+                _ => match group.any_slot().await {
+                    Ok((slot, p)) => (Target::Slot(slot), p),
+                    Err(u) => return unavailable(group, u, Some(id)),
+                },
+            };
+            let session = Session::new(sid.clone(), target, asked.caller);
+            if let Err(u) = group.add_session(session).await {
+                return unavailable(group, u, Some(id));
+            }
+            proc
+        }
     };
     let Some(init) = proc.init.get() else {
         return unavailable(group, Unavailable::NoProcess(String::new()), Some(id));
     };
-    // A shared process was initialised by the edge: answer in the client's revision when
-    // it asked for a legacy one (the answer is otherwise the server's own).
-    let mut result = init.result.clone();
-    if spec.isolation != Isolation::PerSession {
-        if let Some(v) = requested.filter(|v| is_legacy_version(v) && *v != init.version) {
-            if let Some(raw) = serde_json::from_str::<&RawValue>(&init.result)
-                .ok()
-                .and_then(|r| field(r, "protocolVersion"))
-            {
-                let quoted = serde_json::Value::from(v).to_string();
-                if let Some(s) = splice(&init.result, &[(raw, &quoted)]) {
-                    result = s;
-                }
-            }
-        }
-    }
-    let session = Session {
-        id: sid.clone(),
-        target,
-        caller,
-        last_used: std::sync::atomic::AtomicU64::new(super::now_ms()),
-    };
-    if let Err(u) = group.add_session(session) {
-        return unavailable(group, u, Some(id));
-    }
-    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.get());
+    // The server's own answer (in the revision it speaks: 2025-11-25 to the edge's
+    // `initialize`, or what it chose for the client's own, `per_session`).
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
+        id.get(),
+        init.result
+    );
     let mut r = json(StatusCode::OK, body);
     if let Ok(v) = HeaderValue::from_str(&sid) {
         r.headers_mut().insert(crate::mcp::headers::SESSION_ID, v);
@@ -280,6 +283,16 @@ async fn modern(
     text: &str,
     msg: &Message<'_>,
 ) -> Response<Body> {
+    if msg.is_notification() {
+        return plain(StatusCode::ACCEPTED, "");
+    }
+    if !msg.is_request() {
+        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
+    }
+    let method = msg.method.as_deref().unwrap_or_default();
+    if !MODERN_METHODS.contains(&method) {
+        return rpc_error(StatusCode::NOT_FOUND, msg.id, -32601, "Method not found");
+    }
     let proc = match group.spec.isolation {
         Isolation::PerPrincipal => group.for_caller(asked.caller).await,
         _ => group.any_shared().await,
@@ -288,21 +301,14 @@ async fn modern(
         Ok(p) => p,
         Err(u) => return unavailable(group, u, msg.id),
     };
-    if msg.is_notification() {
-        let _ = proc.send_line(text);
-        return plain(StatusCode::ACCEPTED, "");
-    }
-    if !msg.is_request() {
-        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
-    }
-    if msg.method.as_deref() == Some("server/discover") {
+    if method == "server/discover" {
         if let (Some(init), Some(id)) = (proc.init.get(), msg.id) {
             return json(StatusCode::OK, discover_answer(id, &init.result));
         }
     }
     let stream = asked.event_stream && msg.progress_token().is_some();
     let legacy = strip_envelope(text, msg);
-    let cacheable = CACHEABLE.contains(&msg.method.as_deref().unwrap_or_default());
+    let cacheable = CACHEABLE.contains(&method);
     call(proc, &legacy, None, msg.id, stream, Some(cacheable)).await
 }
 
@@ -354,6 +360,20 @@ fn discover_answer(id: &RawValue, init: &str) -> String {
     out
 }
 
+/// 2026-07-28 methods a stdio server answers (the 2025 methods the revision removed, and
+/// what a 2025 server cannot serve, such as `subscriptions/listen`, get 404 -32601).
+const MODERN_METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+];
+
 /// Methods whose 2026-07-28 results must carry cache hints (`ttlMs`, `cacheScope`).
 const CACHEABLE: &[&str] = &[
     "tools/list",
@@ -402,17 +422,18 @@ fn mark_modern(answer: String, cacheable: bool) -> String {
 async fn call(
     proc: Arc<Proc>,
     text: &str,
-    session: Option<Arc<str>>,
+    session: Option<Arc<Session>>,
     id: Option<&RawValue>,
     stream: bool,
     modern: Option<bool>,
 ) -> Response<Body> {
-    let call = match proc.request(text, session, stream) {
+    let call = match proc.request(text, session.as_ref().map(|s| s.id.clone()), stream) {
         Ok(c) => c,
         Err(CallError::Unreadable) => {
             return rpc_error(StatusCode::BAD_REQUEST, id, -32600, "Invalid Request")
         }
         Err(CallError::Exited) => return exited(id),
+        Err(CallError::Busy) => return busy(id),
     };
     let Call {
         number,
@@ -423,6 +444,7 @@ async fn call(
         proc,
         number,
         finished: false,
+        session,
     };
     match events {
         Some(events) if stream => event_stream(flight, events, done, modern, id),
@@ -437,6 +459,10 @@ async fn call(
                     };
                     json(StatusCode::OK, answer)
                 }
+                Ok(Out::Cancelled) => {
+                    flight.finished = true;
+                    cancelled(id)
+                }
                 _ => {
                     flight.finished = true;
                     exited(id)
@@ -446,17 +472,22 @@ async fn call(
     }
 }
 
-/// A request in flight: if its client goes away first, the server is told.
+/// A request in flight: if its client goes away first, the server is told. Its end counts
+/// as a use of its session (a long call does not leave it idle).
 struct Flight {
     proc: Arc<Proc>,
     number: u64,
     finished: bool,
+    session: Option<Arc<Session>>,
 }
 
 impl Drop for Flight {
     fn drop(&mut self) {
         if !self.finished {
             self.proc.cancel(self.number);
+        }
+        if let Some(s) = &self.session {
+            s.touch();
         }
     }
 }
@@ -466,8 +497,8 @@ struct Streaming {
     events: mpsc::Receiver<String>,
     done: Option<oneshot::Receiver<Out>>,
     modern: Option<bool>,
-    keepalive: tokio::time::Interval,
     lost: String,
+    dropped: String,
 }
 
 fn event_stream(
@@ -480,15 +511,14 @@ fn event_stream(
     // Said on the stream when the process ends before answering: the client's request
     // fails with a reason, not a stream that just stops.
     let lost = rpc_error_body(id, -32603, PROCESS_ENDED);
-    let mut keepalive = tokio::time::interval(KEEPALIVE);
-    keepalive.reset();
+    let dropped = rpc_error_body(id, -32800, "Request cancelled");
     let state = Streaming {
         flight,
         events,
         done: Some(done),
         modern,
-        keepalive,
         lost,
+        dropped,
     };
     let frames = futures::stream::unfold(state, |mut s| async move {
         let done = s.done.as_mut()?;
@@ -511,11 +541,11 @@ fn event_stream(
                         };
                         out.extend_from_slice(&sse(&a));
                     }
+                    Ok(Out::Cancelled) => out.extend_from_slice(&sse(&s.dropped)),
                     _ => out.extend_from_slice(&sse(&s.lost)),
                 }
                 Bytes::from(out)
             }
-            _ = s.keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
         };
         Some((Ok::<_, Infallible>(Frame::data(frame)), s))
     });
@@ -545,8 +575,15 @@ async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
         Ok(None) => return session_gone(None),
         Err(u) => return unavailable(group, u, None),
     };
-    let (tx, rx) = mpsc::channel(256);
-    proc.listen(session.id.clone(), tx);
+    let (tx, rx) = mpsc::channel(64);
+    if !proc.listen(session.id.clone(), tx) {
+        return rpc_error(
+            StatusCode::CONFLICT,
+            None,
+            -32000,
+            "Conflict: Only one SSE stream is allowed per session",
+        );
+    }
     let mut keepalive = tokio::time::interval(KEEPALIVE);
     keepalive.reset();
     let frames = futures::stream::unfold((rx, keepalive), |(mut rx, mut keepalive)| async move {
@@ -578,10 +615,36 @@ fn set_event_stream(r: &mut Response<Body>) {
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
 }
 
-fn new_session_id() -> Arc<str> {
+fn new_session_id() -> Option<Arc<str>> {
     let mut b = [0u8; 16];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
-    Arc::from(super::group::hex(&b))
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).ok()?;
+    Some(Arc::from(super::group::hex(&b)))
+}
+
+/// The server's error answer to the client's own `initialize` (`per_session`), with the
+/// client's id.
+fn refused(answer: &str, id: &RawValue) -> Response<Body> {
+    let body = Message::parse(answer)
+        .and_then(|m| m.id.and_then(|raw| splice(answer, &[(raw, id.get())])))
+        .unwrap_or_else(|| rpc_error_body(Some(id), -32603, "initialize failed"));
+    json(StatusCode::OK, body)
+}
+
+fn cancelled(id: Option<&RawValue>) -> Response<Body> {
+    rpc_error(StatusCode::OK, id, -32800, "Request cancelled")
+}
+
+fn busy(id: Option<&RawValue>) -> Response<Body> {
+    let mut r = rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        id,
+        -32603,
+        "mcp-edge: the stdio server is not reading its input; try again later",
+    );
+    let h = r.headers_mut();
+    h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert("x-mcp-edge-error", HeaderValue::from_static("stdio_busy"));
+    r
 }
 
 fn json(status: StatusCode, body: String) -> Response<Body> {
@@ -649,6 +712,9 @@ fn unavailable(group: &Group, why: Unavailable, id: Option<&RawValue>) -> Respon
             format!("mcp-edge: stdio pool {} has no running process", group.name)
         }
         Unavailable::NoProcess(why) => format!("mcp-edge: stdio pool {}: {why}", group.name),
+        Unavailable::Refused(_) => {
+            format!("mcp-edge: stdio pool {}: initialize refused", group.name)
+        }
     };
     let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, &message);
     let h = r.headers_mut();

@@ -43,8 +43,9 @@ impl<'a> Message<'a> {
         self.method.is_some() && self.id.is_none()
     }
 
+    /// A response: an id and no method (`"result": null` is a result).
     pub fn is_response(&self) -> bool {
-        self.method.is_none() && (self.result.is_some() || self.error.is_some())
+        self.method.is_none() && self.id.is_some()
     }
 
     /// `params._meta.progressToken`, as written.
@@ -125,6 +126,8 @@ mod tests {
         assert!(n.is_notification() && !n.is_request());
         let r = Message::parse(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
         assert!(r.is_response());
+        let null = Message::parse(r#"{"jsonrpc":"2.0","id":5,"result":null}"#).unwrap();
+        assert!(null.is_response(), "a null result is a result");
         let null_id = Message::parse(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#).unwrap();
         assert!(!null_id.is_request());
         assert!(Message::parse("[{}]").is_none(), "batches are refused");

@@ -24,7 +24,9 @@ const { values: args } = parseArgs({
         port: { type: 'string', default: '0' },
         'max-body': { type: 'string' },
         'tls-cert': { type: 'string' },
-        'tls-key': { type: 'string' }
+        'tls-key': { type: 'string' },
+        // stdio: stay up after stdin ends (a server holding timers); SIGTERM still ends it.
+        linger: { type: 'boolean', default: false }
     }
 });
 // stdio: v2 `serveStdio` (the era of the first message); stdio-v1: v1 over stdio.
@@ -274,6 +276,7 @@ if (isStdio) {
     if (args.mode === 'stdio') serveStdio(() => buildServer(), { legacy: 'serve', onerror });
     else await buildServer().connect(new V1Stdio());
     process.stderr.write(`STDIO ${process.pid}\n`);
+    if (args.linger) setInterval(() => {}, 1 << 30);
     process.on('SIGTERM', () => process.exit(0));
 } else {
 const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
