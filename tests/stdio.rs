@@ -587,9 +587,69 @@ async fn a_client_cannot_cancel_or_reset_what_others_run_on_a_shared_process() {
             "{method}: {v}"
         );
     }
-    while let Some(chunk) = r.chunk().await.unwrap() {
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let rest = async {
+        while let Some(chunk) = r.chunk().await.unwrap() {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let ended = tokio::time::timeout(PATIENCE, rest).await;
+    assert!(ended.is_ok(), "A's call never ended (cancelled by B?)");
     let last = events(&seen).pop().unwrap();
     assert_eq!(text_of(&last), "sh:done", "A's call ran to its end: {seen}");
+}
+
+#[test]
+fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_drops() {
+    use common::edge_process::{spawn, temp_config};
+    let port = free_port();
+    let path = temp_config();
+    let write = |with_extra: bool, limit: u32| {
+        let extra = if with_extra {
+            stdio_route("extra", "/extra", &ts_command("stdio", "extra"), "", "")
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n[limits]\nmax_concurrent_requests = {limit}\n\n{}{}{extra}",
+            sessions_section(&format!("1:{KEY_A}")),
+            stdio_route("tools", "/mcp", &ts_command("stdio", "kept"), "", ""),
+        );
+        std::fs::write(&path, text).unwrap();
+    };
+    write(true, 1000);
+    let edge = spawn(&path, port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client();
+    let extra_url = format!("http://127.0.0.1:{port}/extra");
+    let pid_of = |url: String| {
+        let c = c.clone();
+        rt.block_on(async move {
+            let mut pid = None;
+            wait_until(PATIENCE, "a process answered", async || {
+                let (status, v) = call(&c, &url, json!(1), "pid", json!({})).await;
+                pid = (status == 200).then(|| text_of(&v).to_string());
+                pid.is_some()
+            })
+            .await;
+            pid.unwrap()
+        })
+    };
+    let kept = pid_of(edge.url());
+    let dropped = pid_of(extra_url.clone());
+    write(false, 999);
+    edge.signal("-HUP");
+    rt.block_on(async {
+        wait_until(PATIENCE, "the reload dropped /extra", async || {
+            let body = modern_body(json!(1), "tools/call", json!({"name": "pid", "arguments": {}}));
+            let r = modern_request(&c, &extra_url, &body).send().await.unwrap();
+            r.status().as_u16() == 404
+        })
+        .await;
+    });
+    wait_until_blocking(PATIENCE, "the dropped pool's process stopped", || {
+        !running(&dropped)
+    });
+    assert_eq!(pid_of(edge.url()), kept, "the kept pool kept its process");
+    assert!(running(&kept));
+    let _ = std::fs::remove_file(path);
 }

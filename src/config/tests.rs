@@ -203,7 +203,10 @@ fn stdio_pools_are_checked() {
     );
     let principal = stdio.replace("per_session", "per_principal");
     let all = Config::parse(&principal).unwrap_err().join("\n");
-    assert!(all.contains("routes[0].auth") && all.contains("required"), "{all}");
+    assert!(
+        all.contains("routes[0].auth") && all.contains("required"),
+        "{all}"
+    );
     let bad = MINIMAL.replace(
         "members = [\"127.0.0.1:9001\"]",
         "command = [\"x\"]\nisolation = \"per_tenant\"",
