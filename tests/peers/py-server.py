@@ -53,16 +53,19 @@ def whoami() -> str:
 NOTES: list[str] = []
 
 
-@mcp.tool(description="remember text in this process; all remembered")
 def note(text: str) -> str:
     print("TOOL note", file=sys.stderr, flush=True)
     NOTES.append(text)
     return ",".join(NOTES)
 
 
-@mcp.tool(description="this process id")
 def pid() -> str:
     return str(os.getpid())
+
+
+if args.transport == "stdio":  # only over stdio: the HTTP modes' tool lists are counted elsewhere
+    mcp.tool(description="remember text in this process; all remembered")(note)
+    mcp.tool(description="this process id")(pid)
 
 
 @mcp.tool(description="progress then done")

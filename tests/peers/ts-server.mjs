@@ -72,15 +72,18 @@ function buildServer() {
     server.registerTool('echo', { description: 'echo text', inputSchema: z.object({ text: z.string() }) },
         async ({ text: t }) => text(`${instance}:${t}`));
     server.registerTool('whoami', { description: 'instance name' }, async () => text(instance));
-    server.registerTool('note', { description: 'remember text in this process; all remembered', inputSchema: z.object({ text: z.string() }) },
-        async ({ text: t }) => { notes.push(t); return text(notes.join(',')); });
-    server.registerTool('pid', { description: 'this process id' }, async () => text(String(process.pid)));
-    // A server-to-client request (2025 revisions): the client's answer comes back in the result.
-    server.registerTool('ask', { description: 'ask the client (elicitation)' }, async extra => {
-        const params = { mode: 'form', message: 'ok?', requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } } } };
-        const r = extra.mcpReq ? await extra.mcpReq.elicitInput(params) : await server.server.elicitInput(params);
-        return text(`asked:${r.action}:${JSON.stringify(r.content ?? null)}`);
-    });
+    if (isStdio) {
+        // Only over stdio (the HTTP modes' tool lists are what other tests count).
+        server.registerTool('note', { description: 'remember text in this process; all remembered', inputSchema: z.object({ text: z.string() }) },
+            async ({ text: t }) => { notes.push(t); return text(notes.join(',')); });
+        server.registerTool('pid', { description: 'this process id' }, async () => text(String(process.pid)));
+        // A server-to-client request (2025 revisions): the client's answer comes back in the result.
+        server.registerTool('ask', { description: 'ask the client (elicitation)' }, async extra => {
+            const params = { mode: 'form', message: 'ok?', requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } } } };
+            const r = extra.mcpReq ? await extra.mcpReq.elicitInput(params) : await server.server.elicitInput(params);
+            return text(`asked:${r.action}:${JSON.stringify(r.content ?? null)}`);
+        });
+    }
     server.registerTool('slow', { description: 'progress then done', inputSchema: z.object({ steps: z.number().int() }) },
         async ({ steps }, extra) => {
             const r = reqInfo(extra);
