@@ -735,6 +735,11 @@ pub fn publish_spoken(pool: &str, spoken: &crate::routing::Spoken) {
 /// Drop every series of a pool that no longer exists (after a reload removed it).
 pub fn forget_pool(name: &str) {
     let m = get();
+    let _ = m.stdio_processes.remove_label_values(&[name]);
+    let _ = m.stdio_exits.remove_label_values(&[name]);
+    for result in ["ok", "failed"] {
+        let _ = m.stdio_starts.remove_label_values(&[name, result]);
+    }
     let _ = m.pools.pool_members.remove_label_values(&[name]);
     for revision in crate::mcp::revisions() {
         let _ = m.pools.revisions.remove_label_values(&[name, revision]);

@@ -126,14 +126,11 @@ async fn official_clients_use_stdio_servers_in_both_eras() {
         assert!(tools.contains(&"note") && tools.contains(&"hang"), "{what}");
     }
     // Two shared processes served the TS route, one each the others.
-    assert_eq!(
-        metric(
-            &edge,
-            &format!("mcp_edge_stdio_processes{{pool=\"{}\"}}", edge.pool)
-        )
-        .await,
-        2.0
-    );
+    let gauge = format!("mcp_edge_stdio_processes{{pool=\"{}\"}}", edge.pool);
+    wait_until(PATIENCE, "two processes counted", async || {
+        metric(&edge, &gauge).await == 2.0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,12 +375,15 @@ async fn per_principal_processes_keep_one_tenants_state_from_another() {
         }
     }
     let pool = format!("mcp_edge_stdio_processes{{pool=\"{}\"}}", edge.pool);
-    assert_eq!(metric(&edge, &pool).await, 2.0, "one process per principal");
+    wait_until(PATIENCE, "one process per principal", async || {
+        metric(&edge, &pool).await == 2.0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_session_processes_take_server_requests_and_are_reaped_when_idle() {
-    let pool = "isolation = \"per_session\"\nidle_ms = 3000";
+    let pool = "isolation = \"per_session\"\nidle_ms = 10000";
     let edge = start_edge(&stdio_route(
         "main",
         "/mcp",
@@ -486,9 +486,12 @@ fn the_edge_stops_its_servers_and_what_they_started_and_logs_their_stderr() {
     let path = temp_config();
     // The server runs under a shell (a wrapper script, as `npx` is) and stays up after its
     // stdin ends: only the signal to its process group stops it.
+    let term_log =
+        std::env::temp_dir().join(format!("mcp-edge-term-{}-{port}", std::process::id()));
     let wrapped = format!(
-        r#"["sh", "-c", "node {} --mode stdio --instance bye --linger; true"]"#,
-        dir().join("ts-server.mjs").display()
+        r#"["sh", "-c", "node {} --mode stdio --instance bye --linger --term-log {}; true"]"#,
+        dir().join("ts-server.mjs").display(),
+        term_log.display()
     );
     std::fs::write(
         &path,
@@ -530,7 +533,16 @@ fn the_edge_stops_its_servers_and_what_they_started_and_logs_their_stderr() {
         "the servers stopped with the edge",
         || pids.iter().all(|p| !running(p)),
     );
+    // SIGTERM reached each server itself, not only the shell in front of it.
+    let termed = std::fs::read_to_string(&term_log).unwrap_or_default();
+    for pid in &pids {
+        assert!(
+            termed.lines().any(|l| l == pid),
+            "{pid} got no SIGTERM: {termed:?}"
+        );
+    }
     let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(term_log);
 }
 
 /// A process that runs (not a zombie waiting for its parent).
@@ -556,7 +568,7 @@ async fn a_client_cannot_cancel_or_reset_what_others_run_on_a_shared_process() {
     let url = edge.url();
     // A's long call streams progress; B posts cancellations for every small number, and
     // 2025 methods the 2026-07-28 revision removed.
-    let mut params = json!({"name": "slow", "arguments": {"steps": 5}});
+    let mut params = json!({"name": "slow", "arguments": {"steps": 50}});
     params["_meta"] = meta();
     params["_meta"]["progressToken"] = json!(1);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
@@ -640,7 +652,11 @@ fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_
     edge.signal("-HUP");
     rt.block_on(async {
         wait_until(PATIENCE, "the reload dropped /extra", async || {
-            let body = modern_body(json!(1), "tools/call", json!({"name": "pid", "arguments": {}}));
+            let body = modern_body(
+                json!(1),
+                "tools/call",
+                json!({"name": "pid", "arguments": {}}),
+            );
             let r = modern_request(&c, &extra_url, &body).send().await.unwrap();
             r.status().as_u16() == 404
         })

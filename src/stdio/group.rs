@@ -298,15 +298,31 @@ impl Group {
         let start = {
             let mut callers = self.lock_callers();
             let dead = match callers.get(caller) {
-                Some(Caller::Running(p)) if p.is_alive() => return Ok(p.clone()),
+                Some(Caller::Running(p)) if p.is_alive() => {
+                    p.touch();
+                    return Ok(p.clone());
+                }
                 Some(Caller::Starting(s)) => Some(s.clone()),
-                Some(Caller::Running(_)) => {
-                    // It ended: its place goes back, and a new one starts below.
+                Some(Caller::Running(old)) => {
+                    // It can answer no more: it is stopped, its place goes back, and a new
+                    // one starts below.
+                    let (old, grace) = (old.clone(), self.spec.stop_grace);
+                    self.handle.spawn(async move { old.stop(grace).await });
                     self.release();
                     None
                 }
                 None => None,
             };
+            if dead.is_none()
+                && self.failing.load(Ordering::Relaxed)
+                && self.probing.load(Ordering::Relaxed)
+            {
+                // Starts fail: no caller waits for one until a probe start works again.
+                return Err(Unavailable::NoProcess(format!(
+                    "the server of pool {} fails to start (see the log)",
+                    self.name
+                )));
+            }
             dead.unwrap_or_else(|| {
                 // Under this lock: one start per caller.
                 let start = self.caller_start(caller);
@@ -335,6 +351,14 @@ impl Group {
                     group.spec.max_processes
                 )),
             };
+            let stopping = *group.stop.borrow();
+            if let (Ok(p), true) = (&result, stopping) {
+                // The pool stopped meanwhile: nothing would ever stop this one.
+                p.stop(group.spec.stop_grace).await;
+                group.release();
+                group.lock_callers().remove(&caller);
+                return Err("the pool is stopping".to_string());
+            }
             let mut callers = group.lock_callers();
             match &result {
                 Ok(p) => {
@@ -383,6 +407,12 @@ impl Group {
                 }
             };
             let session = Session::new(id, Target::Own(proc.clone()), &caller);
+            let stopping = *group.stop.borrow();
+            if stopping {
+                proc.stop(group.spec.stop_grace).await;
+                group.release();
+                return Err(Unavailable::NoProcess("the pool is stopping".into()));
+            }
             if let Err(u) = group.add_session(session).await {
                 proc.stop(group.spec.stop_grace).await;
                 group.release();
@@ -403,6 +433,9 @@ impl Group {
         params: &str,
         on_demand: bool,
     ) -> Result<Arc<Proc>, StartError> {
+        // A process for one session is initialised with the client's own `initialize`: how
+        // that goes is the client's business, not the pool's health.
+        let on_demand_session = owner.is_some();
         let private = owner.is_some() || self.spec.isolation == Isolation::PerPrincipal;
         let started = match Proc::spawn(&self.spec, self.name.clone(), owner, private) {
             Ok(p) => p,
@@ -422,7 +455,7 @@ impl Group {
             }
             Err(e) => {
                 started.stop(self.spec.stop_grace).await;
-                if e.refused.is_some() {
+                if e.refused.is_some() || on_demand_session {
                     // The server refused this client's initialize: the client hears why.
                     log::warn!(
                         "stdio pool {}: process {} refused initialize: {}",
@@ -592,6 +625,10 @@ impl Group {
         let grace = self.spec.stop_grace;
         futures::future::join_all(all.iter().map(|p| p.stop(grace))).await;
         crate::metrics::stdio_processes(&self.name, 0);
+    }
+
+    pub fn stop_grace(&self) -> Duration {
+        self.spec.stop_grace
     }
 
     fn lock_callers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {

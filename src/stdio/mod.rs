@@ -126,8 +126,8 @@ pub fn start(runtime: &crate::runtime::Runtime) {
 }
 
 /// Stop every process of every group (shutdown): SIGTERM, then SIGKILL after each group's
-/// grace, waiting at most `limit` in all.
-pub fn stop_all(limit: Duration) {
+/// grace, waiting for that (and a little more) at most.
+pub fn stop_all() {
     let groups: Vec<Arc<Group>> = GROUPS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -138,6 +138,12 @@ pub fn stop_all(limit: Duration) {
     if groups.is_empty() {
         return;
     }
+    let most = groups
+        .iter()
+        .map(|g| g.stop_grace())
+        .max()
+        .unwrap_or_default();
+    let limit = most + Duration::from_secs(2);
     let (tx, rx) = std::sync::mpsc::channel();
     handle.spawn(async move {
         futures::future::join_all(groups.iter().map(|g| g.stop())).await;

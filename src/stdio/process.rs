@@ -221,7 +221,7 @@ impl Proc {
             reader.fail_pending();
             let _ = closed_tx.send(true);
         });
-        tokio::spawn(wait(child, pool, pid, exit_tx));
+        tokio::spawn(wait(child, proc.clone(), exit_tx));
         Ok(proc)
     }
 
@@ -234,11 +234,15 @@ impl Proc {
         !self.deaf.load(Ordering::SeqCst) && !*self.exited.borrow()
     }
 
-    /// Resolves when the process can answer nothing more (its stdout closed: it ended, or
-    /// it closed its stdout and must be stopped).
+    /// Resolves when the process can answer nothing more: it exited, or it closed its
+    /// stdout (and must be stopped).
     pub async fn ended(&self) {
         let mut closed = self.closed.clone();
-        let _ = closed.wait_for(|e| *e).await;
+        let mut exited = self.exited.clone();
+        tokio::select! {
+            _ = closed.wait_for(|e| *e) => {}
+            _ = exited.wait_for(|e| *e) => {}
+        }
     }
 
     fn group(&self) -> nix::unistd::Pid {
@@ -399,16 +403,21 @@ impl Proc {
         self.lock_listeners().retain(|(s, _)| &**s != session);
     }
 
-    /// Ask the process to stop (SIGTERM), and kill it (SIGKILL) if it has not ended within
-    /// `grace`.
+    /// Ask the process to stop (SIGTERM to its group), and kill the group (SIGKILL) if it
+    /// has not exited within `grace`. Every caller waits for that, the second one too.
     pub async fn stop(&self, grace: Duration) {
-        if self.stopping.swap(true, Ordering::Relaxed) || *self.exited.borrow() {
+        if *self.exited.borrow() && *self.closed.borrow() {
             return;
         }
-        let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGTERM);
-        let mut exited = self.exited.clone();
+        if !self.stopping.swap(true, Ordering::Relaxed) {
+            let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGTERM);
+        }
+        // Gone: the process exited and its stdout closed (what it started, which shares
+        // the pipe, has gone too).
+        let (mut exited, mut closed) = (self.exited.clone(), self.closed.clone());
         let exit = async move {
             let _ = exited.wait_for(|e| *e).await;
+            let _ = closed.wait_for(|c| *c).await;
         };
         if tokio::time::timeout(grace, exit).await.is_err() {
             log::warn!(
@@ -560,6 +569,11 @@ impl Proc {
         took
     }
 
+    /// Count a use (a request's end, a session's activity) against the idle reaper.
+    pub fn touch(&self) {
+        self.last_used.store(super::now_ms(), Ordering::Relaxed);
+    }
+
     fn fail_pending(&self) {
         self.deaf.store(true, Ordering::SeqCst);
         let pending: Vec<Pending> = self.lock_pending().drain().map(|(_, p)| p).collect();
@@ -622,17 +636,29 @@ async fn log_stderr(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u3
     }
 }
 
-async fn wait(mut child: Child, pool: Arc<str>, pid: u32, exited: watch::Sender<bool>) {
+async fn wait(mut child: Child, proc: Arc<Proc>, exited: watch::Sender<bool>) {
+    let (pool, pid) = (&proc.pool, proc.pid);
     match child.wait().await {
         Ok(status) => log::warn!("stdio pool {pool}: process {pid} exited ({status})"),
         Err(e) => log::warn!("stdio pool {pool}: process {pid}: cannot wait for it: {e}"),
     }
     let _ = exited.send(true);
-    // What it started and left behind (holding its pipes, say) goes with it.
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    // Ended on its own: what it started and left behind (holding its pipes, say) goes with
+    // it. Being stopped: the rest of its group has the rest of the grace (`stop`).
+    if !proc.stopping.load(Ordering::Relaxed) {
+        let _ = nix::sys::signal::killpg(proc.group(), nix::sys::signal::Signal::SIGKILL);
+    }
+    // Its last answers are read until its stdout closes; if something outside its group
+    // holds stdout open, the requests still waiting learn after a moment that nothing
+    // more will come.
+    let mut closed = proc.closed.clone();
+    let drained = closed.wait_for(|c| *c);
+    if tokio::time::timeout(Duration::from_secs(1), drained)
+        .await
+        .is_err()
+    {
+        proc.fail_pending();
+    }
 }
 
 fn clip(text: &str) -> &str {

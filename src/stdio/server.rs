@@ -432,7 +432,14 @@ async fn call(
         Err(CallError::Unreadable) => {
             return rpc_error(StatusCode::BAD_REQUEST, id, -32600, "Invalid Request")
         }
-        Err(CallError::Exited) => return exited(id),
+        // Nothing was written: the process ended as the request came.
+        Err(CallError::Exited) => {
+            let why = format!(
+                "mcp-edge: stdio pool {}: the process ended as the request came; try again",
+                proc.pool
+            );
+            return retry_later(id, &why, "stdio_unavailable");
+        }
         Err(CallError::Busy) => return busy(id),
     };
     let Call {
@@ -486,6 +493,7 @@ impl Drop for Flight {
         if !self.finished {
             self.proc.cancel(self.number);
         }
+        self.proc.touch();
         if let Some(s) = &self.session {
             s.touch();
         }
@@ -635,15 +643,16 @@ fn cancelled(id: Option<&RawValue>) -> Response<Body> {
 }
 
 fn busy(id: Option<&RawValue>) -> Response<Body> {
-    let mut r = rpc_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        id,
-        -32603,
-        "mcp-edge: the stdio server is not reading its input; try again later",
-    );
+    let why = "mcp-edge: the stdio server is not reading its input; try again later";
+    retry_later(id, why, "stdio_busy")
+}
+
+/// 503 with `Retry-After` and a JSON-RPC error: nothing reached the server.
+fn retry_later(id: Option<&RawValue>, message: &str, kind: &'static str) -> Response<Body> {
+    let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, message);
     let h = r.headers_mut();
     h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    h.insert("x-mcp-edge-error", HeaderValue::from_static("stdio_busy"));
+    h.insert("x-mcp-edge-error", HeaderValue::from_static(kind));
     r
 }
 
@@ -716,14 +725,7 @@ fn unavailable(group: &Group, why: Unavailable, id: Option<&RawValue>) -> Respon
             format!("mcp-edge: stdio pool {}: initialize refused", group.name)
         }
     };
-    let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, &message);
-    let h = r.headers_mut();
-    h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    h.insert(
-        "x-mcp-edge-error",
-        HeaderValue::from_static("stdio_unavailable"),
-    );
-    r
+    retry_later(id, &message, "stdio_unavailable")
 }
 
 #[cfg(test)]

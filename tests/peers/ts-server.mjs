@@ -4,7 +4,7 @@
 //   [--max-body BYTES]  (v2 modes only; SDK default 4 MiB)
 //   [--tls-cert FILE --tls-key FILE]  serve HTTPS (HTTP/1.1) instead of HTTP
 import { createHash, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { parseArgs } from 'node:util';
@@ -26,7 +26,9 @@ const { values: args } = parseArgs({
         'tls-cert': { type: 'string' },
         'tls-key': { type: 'string' },
         // stdio: stay up after stdin ends (a server holding timers); SIGTERM still ends it.
-        linger: { type: 'boolean', default: false }
+        linger: { type: 'boolean', default: false },
+        // stdio: append this process's id to FILE when SIGTERM arrives (tests see who got it).
+        'term-log': { type: 'string' }
     }
 });
 // stdio: v2 `serveStdio` (the era of the first message); stdio-v1: v1 over stdio.
@@ -280,7 +282,10 @@ if (isStdio) {
     else await buildServer().connect(new V1Stdio());
     process.stderr.write(`STDIO ${process.pid}\n`);
     if (args.linger) setInterval(() => {}, 1 << 30);
-    process.on('SIGTERM', () => process.exit(0));
+    process.on('SIGTERM', () => {
+        if (args['term-log']) appendFileSync(args['term-log'], `${process.pid}\n`);
+        process.exit(0);
+    });
 } else {
 const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
 const handle = (req, res) => {

@@ -118,7 +118,7 @@ fn run(path: &Path) -> ExitCode {
         shutdown_signal: Box::new(signals),
     });
     // The servers the edge runs stop too (SIGTERM, then SIGKILL after their grace).
-    mcp_edge::stdio::stop_all(std::time::Duration::from_secs(30));
+    mcp_edge::stdio::stop_all();
     // The last requests' lines, still queued, go out before the process ends.
     mcp_edge::access_log::flush(std::time::Duration::from_secs(2));
     ExitCode::SUCCESS
