@@ -669,3 +669,96 @@ fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_
     assert!(running(&kept));
     let _ = std::fs::remove_file(path);
 }
+
+/// A legacy POST through the edge (`session`: its token).
+fn legacy(
+    c: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::RequestBuilder {
+    let mut rb = c
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        rb = rb
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    rb.body(body.to_string())
+}
+
+async fn open_session(c: &reqwest::Client, url: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let r = legacy(c, url, None, init).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let token = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let r = legacy(c, url, Some(&token), done).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_cancels_only_its_own_requests_on_a_shared_process() {
+    let edge = start_edge(&stdio_route(
+        "main",
+        "/mcp",
+        &ts_command("stdio", "lc"),
+        "",
+        "",
+    ));
+    wait_ready(&edge).await;
+    let c = client();
+    let url = edge.url();
+    let (a, b) = (open_session(&c, &url).await, open_session(&c, &url).await);
+    let slow = |token: &str, id: i64, steps: i64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "slow", "arguments": {"steps": steps}, "_meta": {"progressToken": id}}});
+        legacy(&c, &url, Some(token), body)
+    };
+    let cancel = |token: &str, id: i64| {
+        let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "test"}});
+        legacy(&c, &url, Some(token), body)
+    };
+    let read_until_progress = async |r: &mut reqwest::Response| {
+        let mut seen = String::new();
+        while !seen.contains("notifications/progress") {
+            let chunk = r.chunk().await.unwrap().expect("progress first");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        seen
+    };
+    let read_rest = async |r: &mut reqwest::Response, mut seen: String| {
+        let rest = async {
+            while let Some(chunk) = r.chunk().await.unwrap() {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            seen
+        };
+        tokio::time::timeout(PATIENCE, rest)
+            .await
+            .expect("the stream ended")
+    };
+    // Both sessions run request 1; B cancels its request 1.
+    let mut ra = slow(&a, 1, 30).send().await.unwrap();
+    let mut rb = slow(&b, 1, 30).send().await.unwrap();
+    let seen_a = read_until_progress(&mut ra).await;
+    let seen_b = read_until_progress(&mut rb).await;
+    assert_eq!(cancel(&b, 1).send().await.unwrap().status().as_u16(), 202);
+    let b_end = events(&read_rest(&mut rb, seen_b).await).pop().unwrap();
+    assert_eq!(
+        b_end["error"]["code"], -32800,
+        "B's own request was cancelled: {b_end}"
+    );
+    let a_end = events(&read_rest(&mut ra, seen_a).await).pop().unwrap();
+    assert_eq!(
+        text_of(&a_end),
+        "lc:done",
+        "A's request 1 ran to its end: {a_end}"
+    );
+}
