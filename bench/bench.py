@@ -208,24 +208,19 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
-        if "--stdio" in sys.argv:
-            # Only the stdio part (bench/stdio.py), with the full rounds.
-            results["stdio"] = stdio.run(sys.modules[__name__], work)
-            cleanup()
-            print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
-                  f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
-                  f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
-            print(stdio.block(results["stdio"]))
-            return
-        if "--identity" in sys.argv:
-            # Only the identity part (bench/identity.py), with the full rounds.
-            results["identity"] = identity.run(sys.modules[__name__], work, start_upstream())
-            cleanup()
-            print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
-                  f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
-                  f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
-            print(identity.block(results["identity"]))
-            return
+        # One part alone (bench/stdio.py, bench/identity.py), with the full rounds.
+        parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
+                 "--identity": ("identity", identity,
+                                lambda: identity.run(sys.modules[__name__], work, start_upstream()))}
+        for flag, (key, module, part) in parts.items():
+            if flag in sys.argv:
+                results[key] = part()
+                cleanup()
+                print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
+                      f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
+                      f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
+                print(module.block(results[key]))
+                return
         run(work, results)
     finally:
         cleanup()

@@ -34,16 +34,10 @@ async fn legacy_post(
     session: Option<&str>,
     body: Value,
 ) -> (u16, Option<String>, Value) {
-    let mut rb = client()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(s) = session {
-        rb = rb
-            .header("mcp-session-id", s)
-            .header("mcp-protocol-version", LEGACY);
-    }
-    let resp = rb.body(body.to_string()).send().await.unwrap();
+    let resp = legacy_request(&client(), url, session, &body)
+        .send()
+        .await
+        .unwrap();
     let status = resp.status().as_u16();
     let sid = resp
         .headers()

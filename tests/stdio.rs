@@ -670,34 +670,18 @@ fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_
     let _ = std::fs::remove_file(path);
 }
 
-/// A legacy POST through the edge (`session`: its token).
-fn legacy(
-    c: &reqwest::Client,
-    url: &str,
-    session: Option<&str>,
-    body: Value,
-) -> reqwest::RequestBuilder {
-    let mut rb = c
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(s) = session {
-        rb = rb
-            .header("mcp-session-id", s)
-            .header("mcp-protocol-version", "2025-11-25");
-    }
-    rb.body(body.to_string())
-}
-
 async fn open_session(c: &reqwest::Client, url: &str) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}});
-    let r = legacy(c, url, None, init).send().await.unwrap();
+    let r = legacy_request(c, url, None, &init).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let token = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
     let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let r = legacy(c, url, Some(&token), done).send().await.unwrap();
+    let r = legacy_request(c, url, Some(&token), &done)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 202);
     token
 }
@@ -718,12 +702,12 @@ async fn a_legacy_session_cancels_only_its_own_requests_on_a_shared_process() {
     let slow = |token: &str, id: i64, steps: i64| {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": "slow", "arguments": {"steps": steps}, "_meta": {"progressToken": id}}});
-        legacy(&c, &url, Some(token), body)
+        legacy_request(&c, &url, Some(token), &body)
     };
     let cancel = |token: &str, id: i64| {
         let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": id, "reason": "test"}});
-        legacy(&c, &url, Some(token), body)
+        legacy_request(&c, &url, Some(token), &body)
     };
     let read_until_progress = async |r: &mut reqwest::Response| {
         let mut seen = String::new();

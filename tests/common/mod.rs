@@ -312,6 +312,25 @@ pub fn modern_request(c: &reqwest::Client, url: &str, body: &Value) -> reqwest::
     rb.body(body.to_string())
 }
 
+/// A legacy (2025) POST; `session`: the `Mcp-Session-Id` it carries (with the revision).
+pub fn legacy_request(
+    c: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut rb = c
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        rb = rb
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    rb.body(body.to_string())
+}
+
 /// Answers the edge proxied from its pool's members (`mcp_edge_upstream_responses_total`,
 /// every member and class): unlike a server's own request count, health checks are not in
 /// it, so it tells whether the edge forwarded a request while checks run beside.
