@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+pub mod era;
 pub mod group;
 pub mod process;
 mod server;

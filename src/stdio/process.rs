@@ -24,7 +24,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::wire::{splice, Message};
+use super::wire::{numbered, splice, Message, Numbered};
 use super::Spec;
 
 /// The longest stdout line read (a message).
@@ -283,17 +283,8 @@ impl Proc {
         session: Option<Arc<str>>,
         with_events: bool,
     ) -> Result<Call, CallError> {
-        let msg = Message::parse(text).ok_or(CallError::Unreadable)?;
-        let raw_id = msg.id.ok_or(CallError::Unreadable)?;
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let n = number.to_string();
-        let token = msg.progress_token();
-        let mut edits = vec![(raw_id, n.as_str())];
-        if let Some(t) = token {
-            edits.push((t, n.as_str()));
-        }
-        let mut line = splice(text, &edits).ok_or(CallError::Unreadable)?;
-        line.retain(|c| c != '\n' && c != '\r');
+        let Numbered { line, id, token } = numbered(text, number).ok_or(CallError::Unreadable)?;
         let (done_tx, done) = oneshot::channel();
         let (events_tx, events) = if with_events {
             let (tx, rx) = mpsc::channel(EVENTS_QUEUED);
@@ -304,8 +295,8 @@ impl Proc {
         self.lock_pending().insert(
             number,
             Pending {
-                id: raw_id.get().to_string(),
-                token: token.map(|t| t.get().to_string()),
+                id,
+                token,
                 session,
                 events: events_tx,
                 done: done_tx,

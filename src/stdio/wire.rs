@@ -59,6 +59,36 @@ impl<'a> Message<'a> {
     }
 }
 
+/// A client's request as a process gets it: `number` as its id and progress token.
+#[derive(Debug)]
+pub struct Numbered {
+    /// One line (no newline in it).
+    pub line: String,
+    /// The client's id and progress token, as written.
+    pub id: String,
+    pub token: Option<String>,
+}
+
+/// `text` (one JSON-RPC request) with `number` as its `id` and its
+/// `params._meta.progressToken` (when it has one); `None` if it is not one request.
+pub fn numbered(text: &str, number: u64) -> Option<Numbered> {
+    let msg = Message::parse(text)?;
+    let id = msg.id?;
+    let n = number.to_string();
+    let token = msg.progress_token();
+    let mut edits = vec![(id, n.as_str())];
+    if let Some(t) = token {
+        edits.push((t, n.as_str()));
+    }
+    let mut line = splice(text, &edits)?;
+    line.retain(|c| c != '\n' && c != '\r');
+    Some(Numbered {
+        line,
+        id: id.get().to_string(),
+        token: token.map(|t| t.get().to_string()),
+    })
+}
+
 /// `key` of a JSON object, borrowed.
 pub fn field<'a>(object: &'a RawValue, key: &str) -> Option<&'a RawValue> {
     #[derive(Deserialize)]
