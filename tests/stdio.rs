@@ -728,17 +728,20 @@ async fn a_legacy_session_cancels_only_its_own_requests_on_a_shared_process() {
             .await
             .expect("the stream ended")
     };
-    // Both sessions run request 1; B cancels its request 1.
+    // A runs request 1, B request 2. B cancelling "1" names no request of B's: A's runs on
+    // (matched on the id alone, it would be A's). B cancelling "2" ends B's own.
     let mut ra = slow(&a, 1, 30).send().await.unwrap();
-    let mut rb = slow(&b, 1, 30).send().await.unwrap();
+    let mut rb = slow(&b, 2, 30).send().await.unwrap();
     let seen_a = read_until_progress(&mut ra).await;
     let seen_b = read_until_progress(&mut rb).await;
     assert_eq!(cancel(&b, 1).send().await.unwrap().status().as_u16(), 202);
+    assert_eq!(cancel(&b, 2).send().await.unwrap().status().as_u16(), 202);
     let b_end = events(&read_rest(&mut rb, seen_b).await).pop().unwrap();
     assert_eq!(
         b_end["error"]["code"], -32800,
         "B's own request was cancelled: {b_end}"
     );
+    assert_eq!(b_end["id"], 2, "{b_end}");
     let a_end = events(&read_rest(&mut ra, seen_a).await).pop().unwrap();
     assert_eq!(
         text_of(&a_end),

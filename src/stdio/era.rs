@@ -15,7 +15,9 @@ pub fn strip_envelope<'t>(text: &'t str, msg: &Message<'_>) -> std::borrow::Cow<
     let Some(meta) = msg.param("_meta") else {
         return text.into();
     };
-    if !meta.get().contains(ENVELOPE) {
+    // A key may be written with escapes (`io.modelcontextprotocol\/…`, `\u0069o…`).
+    let raw = meta.get();
+    if !raw.contains("io.modelcontextprotocol") && !raw.contains('\\') {
         return text.into();
     }
     let Ok(mut map) =
@@ -145,6 +147,13 @@ mod tests {
         assert_eq!(
             strip_envelope(text, &msg),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":3},"arguments":{}}}"#
+        );
+        let escaped = r#"{"id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28","\u0069o.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let msg = Message::parse(escaped).unwrap();
+        assert_eq!(
+            strip_envelope(escaped, &msg),
+            r#"{"id":1,"method":"x","params":{"_meta":{}}}"#,
+            "keys written with escapes are envelope keys too"
         );
         let plain = r#"{"id":1,"method":"tools/list","params":{}}"#;
         let msg = Message::parse(plain).unwrap();

@@ -198,8 +198,12 @@ impl Group {
                 }
                 match g.start_initialised(None, EDGE_INIT, false).await {
                     Ok(p) => {
-                        p.stop(g.spec.stop_grace).await;
                         g.probing.store(false, Ordering::Relaxed);
+                        g.stop_detached(p);
+                        if g.failing.load(Ordering::Relaxed) {
+                            // A start failed meanwhile: probing again.
+                            g.probe();
+                        }
                         return;
                     }
                     Err(_) => drop(g),
@@ -303,12 +307,13 @@ impl Group {
                     return Ok(p.clone());
                 }
                 Some(Caller::Starting(s)) => Some(s.clone()),
-                Some(Caller::Running(old)) => {
-                    // It can answer no more: it is stopped, its place goes back, and a new
-                    // one starts below.
-                    let (old, grace) = (old.clone(), self.spec.stop_grace);
-                    self.handle.spawn(async move { old.stop(grace).await });
-                    self.release();
+                Some(Caller::Running(_)) => {
+                    // It can answer no more: it is stopped and its place goes back (once:
+                    // its entry goes with it), and a new one starts below.
+                    if let Some(Caller::Running(old)) = callers.remove(caller) {
+                        self.release();
+                        self.stop_detached(old);
+                    }
                     None
                 }
                 None => None,
@@ -351,24 +356,28 @@ impl Group {
                     group.spec.max_processes
                 )),
             };
+            {
+                let mut callers = group.lock_callers();
+                match &result {
+                    Ok(p) => {
+                        callers.insert(caller.clone(), Caller::Running(p.clone()));
+                    }
+                    Err(_) => {
+                        callers.remove(&caller);
+                    }
+                }
+            }
+            // Checked after registering: a stop that began before drains it from the map,
+            // one that began after finds it there; either way it is stopped.
             let stopping = *group.stop.borrow();
             if let (Ok(p), true) = (&result, stopping) {
-                // The pool stopped meanwhile: nothing would ever stop this one.
+                let removed = group.lock_callers().remove(&caller).is_some();
+                if removed {
+                    group.release();
+                }
                 p.stop(group.spec.stop_grace).await;
-                group.release();
-                group.lock_callers().remove(&caller);
                 return Err("the pool is stopping".to_string());
             }
-            let mut callers = group.lock_callers();
-            match &result {
-                Ok(p) => {
-                    callers.insert(caller, Caller::Running(p.clone()));
-                }
-                Err(_) => {
-                    callers.remove(&caller);
-                }
-            }
-            drop(callers);
             group.publish();
             result
         });
@@ -406,17 +415,21 @@ impl Group {
                     });
                 }
             };
-            let session = Session::new(id, Target::Own(proc.clone()), &caller);
-            let stopping = *group.stop.borrow();
-            if stopping {
-                proc.stop(group.spec.stop_grace).await;
-                group.release();
-                return Err(Unavailable::NoProcess("the pool is stopping".into()));
-            }
+            let session = Session::new(id.clone(), Target::Own(proc.clone()), &caller);
             if let Err(u) = group.add_session(session).await {
                 proc.stop(group.spec.stop_grace).await;
                 group.release();
                 return Err(u);
+            }
+            // Checked after registering (see `caller_start`).
+            let stopping = *group.stop.borrow();
+            if stopping {
+                let removed = group.lock_sessions().remove(&id).is_some();
+                if removed {
+                    group.release();
+                }
+                proc.stop(group.spec.stop_grace).await;
+                return Err(Unavailable::NoProcess("the pool is stopping".into()));
             }
             group.publish();
             Ok(proc)
@@ -458,7 +471,7 @@ impl Group {
                 if e.refused.is_some() || on_demand_session {
                     // The server refused this client's initialize: the client hears why.
                     log::warn!(
-                        "stdio pool {}: process {} refused initialize: {}",
+                        "stdio pool {}: process {}: the client's initialize failed: {}",
                         self.name,
                         started.pid,
                         e.message
@@ -527,10 +540,17 @@ impl Group {
             return;
         };
         if let Target::Own(p) = &s.target {
-            p.stop(self.spec.stop_grace).await;
             self.release();
+            self.stop_detached(p.clone());
             self.publish();
         }
+    }
+
+    /// Stop a process in a task of its own: the stop (SIGKILL after the grace) runs to its
+    /// end even if whoever asked for it (a client's request) goes away.
+    fn stop_detached(&self, p: Arc<Proc>) {
+        let grace = self.spec.stop_grace;
+        self.handle.spawn(async move { p.stop(grace).await });
     }
 
     /// Stop on-demand processes and forget sessions unused for `idle` (all idle ones
@@ -575,10 +595,9 @@ impl Group {
                 .collect()
         };
         if !idle_callers.is_empty() {
-            let grace = self.spec.stop_grace;
-            futures::future::join_all(idle_callers.iter().map(|p| p.stop(grace))).await;
-            for _ in &idle_callers {
+            for p in idle_callers {
                 self.release();
+                self.stop_detached(p);
             }
             self.publish();
         }
