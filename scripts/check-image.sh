@@ -9,7 +9,7 @@
 #    RUN lines, such as apt-get install cmake, are skipped; cmake and objcopy must be on the
 #    host). A file the build needs that no COPY brings in fails here as it would in
 #    `docker build`. CARGO_TARGET_DIR is the project's target directory, so dependencies
-#    already built in release mode are reused (cold: ~5 min). The (stripped) binary the replay
+#    already built in release mode are reused (cold: ~7 min). The (stripped) binary the replay
 #    leaves at /build/mcp-edge is the one the image gets, as with a plain `docker build`.
 # 2. Builds the Dockerfile's `prebuilt` stage with podman, on a Debian base made locally with
 #    debootstrap --variant=minbase bookworm (slimmed like debian:bookworm-slim), cached in
