@@ -35,6 +35,20 @@ fn stdio_route(name: &str, path: &str, command: &str, pool: &str, route: &str) -
     )
 }
 
+/// One ready edge with the TS server's stdio mode as pool `main` on `/mcp` (`pool`: more of
+/// the pool's settings).
+async fn ts_stdio_edge(instance: &str, pool: &str) -> Edge {
+    let edge = start_edge(&stdio_route(
+        "main",
+        "/mcp",
+        &ts_command("stdio", instance),
+        pool,
+        "",
+    ));
+    wait_ready(&edge).await;
+    edge
+}
+
 async fn wait_ready(edge: &Edge) {
     let url = format!("http://127.0.0.1:{}/readyz", edge.metrics_port);
     let c = client();
@@ -135,14 +149,7 @@ async fn official_clients_use_stdio_servers_in_both_eras() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_share_a_process_with_colliding_ids_and_progress_tokens() {
-    let edge = start_edge(&stdio_route(
-        "main",
-        "/mcp",
-        &ts_command("stdio", "one"),
-        "",
-        "",
-    ));
-    wait_ready(&edge).await;
+    let edge = ts_stdio_edge("one", "").await;
     let c = client();
     let url = edge.url();
     let (_, first) = call(&c, &url, json!(1), "pid", json!({})).await;
@@ -205,14 +212,7 @@ async fn clients_share_a_process_with_colliding_ids_and_progress_tokens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_killed_mid_call_fails_that_call_clearly_and_the_next_one_works() {
-    let edge = start_edge(&stdio_route(
-        "main",
-        "/mcp",
-        &ts_command("stdio", "k"),
-        "",
-        "",
-    ));
-    wait_ready(&edge).await;
+    let edge = ts_stdio_edge("k", "").await;
     let c = client();
     let url = edge.url();
     let (_, v) = call(&c, &url, json!(1), "pid", json!({})).await;
@@ -384,14 +384,7 @@ async fn per_principal_processes_keep_one_tenants_state_from_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_session_processes_take_server_requests_and_are_reaped_when_idle() {
     let pool = "isolation = \"per_session\"\nidle_ms = 10000";
-    let edge = start_edge(&stdio_route(
-        "main",
-        "/mcp",
-        &ts_command("stdio", "ses"),
-        pool,
-        "",
-    ));
-    wait_ready(&edge).await;
+    let edge = ts_stdio_edge("ses", pool).await;
     let url = edge.url();
     // Each legacy session has its own process: its notes start empty; the server's
     // elicitation reaches the client that caused it, and its answer the server.
@@ -556,14 +549,7 @@ fn running(pid: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cannot_cancel_or_reset_what_others_run_on_a_shared_process() {
-    let edge = start_edge(&stdio_route(
-        "main",
-        "/mcp",
-        &ts_command("stdio", "sh"),
-        "",
-        "",
-    ));
-    wait_ready(&edge).await;
+    let edge = ts_stdio_edge("sh", "").await;
     let c = client();
     let url = edge.url();
     // A's long call streams progress; B posts cancellations for every small number, and
@@ -688,14 +674,7 @@ async fn open_session(c: &reqwest::Client, url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_session_cancels_only_its_own_requests_on_a_shared_process() {
-    let edge = start_edge(&stdio_route(
-        "main",
-        "/mcp",
-        &ts_command("stdio", "lc"),
-        "",
-        "",
-    ));
-    wait_ready(&edge).await;
+    let edge = ts_stdio_edge("lc", "").await;
     let c = client();
     let url = edge.url();
     let (a, b) = (open_session(&c, &url).await, open_session(&c, &url).await);
