@@ -43,6 +43,11 @@ impl RoutingHeader {
         }
     }
 
+    /// The header's name, parsed.
+    pub const fn header(self) -> http::header::HeaderName {
+        http::header::HeaderName::from_static(self.name())
+    }
+
     /// The spec's spelling, for messages.
     pub const fn display(self) -> &'static str {
         match self {

@@ -190,9 +190,12 @@ impl ProxyHttp for Edge {
         let host = req
             .headers
             .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri.authority().map(|a| a.as_str()))
-            .map(str::to_owned);
+            .filter(|h| h.to_str().is_ok())
+            .cloned()
+            .or_else(|| {
+                let authority = req.uri.authority()?;
+                http::HeaderValue::from_str(authority.as_str()).ok()
+            });
         let client = session
             .client_addr()
             .and_then(|a| a.as_inet())
@@ -202,7 +205,7 @@ impl ProxyHttp for Edge {
             &ctx.snapshot.forwarding,
             client,
             self.tls,
-            host.as_deref(),
+            host.as_ref(),
         )?;
         match (&admitted.route.pool.host, host) {
             // A remote server behind its own name (`[[pools]] host`).
@@ -213,7 +216,7 @@ impl ProxyHttp for Edge {
             _ => {}
         }
         if let Some(group) = admitted.route.pool.stdio.get() {
-            let binding = crate::session::binding(session.req_header(), ctx.principal.as_ref());
+            let binding = crate::session::binding(session.req_header(), ctx.principal.as_deref());
             crate::stdio::mark(upstream, group, binding)?;
         }
         Ok(())
@@ -227,7 +230,7 @@ impl ProxyHttp for Edge {
     ) -> Result<()> {
         if admitted(ctx)?.bridge.is_some() {
             // A bridged client's session is the edge's, never a member's.
-            resp.remove_header(crate::mcp::headers::SESSION_ID);
+            resp.remove_header(&crate::mcp::headers::SESSION_ID);
         }
         legacy::seal_session_header(resp, ctx)?;
         match &ctx.cors {
@@ -269,7 +272,7 @@ impl ProxyHttp for Edge {
         }
         if let Some(forward) = &admitted(ctx)?.bridge {
             // After the metrics: they count the member's own status.
-            ctx.convert = bridge::answer_head(resp, forward)?;
+            ctx.convert = bridge::answer_head(resp, forward)?.map(Box::new);
         }
         access::filter_lists(resp, ctx)?;
         if ctx.convert.is_some() {
@@ -280,7 +283,7 @@ impl ProxyHttp for Edge {
         if is_sse && endpoint == Some(EndpointKind::SseStream) {
             // The endpoint event changes length; let Pingora re-frame the stream.
             resp.remove_header(&http::header::CONTENT_LENGTH);
-            ctx.rewriter = Some(crate::sse::EndpointRewriter::new());
+            ctx.rewriter = Some(Box::new(crate::sse::EndpointRewriter::new()));
         }
         Ok(())
     }

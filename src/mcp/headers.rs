@@ -3,15 +3,17 @@
 use std::borrow::Cow;
 
 use base64::Engine;
+use http::header::{AsHeaderName, HeaderName};
 use http::HeaderMap;
 
 use crate::error::RoutingHeader;
 
-pub const PROTOCOL_VERSION: &str = RoutingHeader::ProtocolVersion.name();
-pub const METHOD: &str = RoutingHeader::Method.name();
-pub const NAME: &str = RoutingHeader::Name.name();
-pub const SESSION_ID: &str = "mcp-session-id";
-pub const ORIGIN: &str = "origin";
+// Names parsed once: a name given as text is parsed and hashed again at every lookup.
+pub const PROTOCOL_VERSION: HeaderName = RoutingHeader::ProtocolVersion.header();
+pub const METHOD: HeaderName = RoutingHeader::Method.header();
+pub const NAME: HeaderName = RoutingHeader::Name.header();
+pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const ORIGIN: HeaderName = http::header::ORIGIN;
 
 /// Why a header value could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +35,10 @@ impl HeaderProblem {
 
 /// The one value of `name`, `None` when absent; a repeated header is an error (a folded
 /// `a, b` value would otherwise be compared as one string by some servers and split by others).
-pub fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h [u8]>, HeaderProblem> {
+pub fn single(
+    headers: &HeaderMap,
+    name: impl AsHeaderName,
+) -> Result<Option<&[u8]>, HeaderProblem> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {

@@ -20,6 +20,38 @@ pub const MAX_ID_BYTES: usize = 1024;
 /// `params._meta` key carrying the modern protocol-version claim.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
+/// An object key, borrowed from the body unless it has escapes. (serde's own `Cow<str>`
+/// always copies: every key of every request would be an allocation.)
+struct Key<'a>(Cow<'a, str>);
+
+impl AsRef<str> for Key<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A JSON value that is either a string (borrowed when possible) or something else.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Field<'a> {
@@ -116,7 +148,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut p = Params::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_ref() {
                         "name" => p.name = Some(map.next_value()?),
                         "uri" => p.uri = Some(map.next_value()?),
@@ -179,7 +211,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Reference<'a> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut r: [Option<Field<'de>>; 3] = [None, None, None];
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     let slot = match key.as_ref() {
                         "type" => 0,
                         "name" => 1,
@@ -246,7 +278,7 @@ impl<'de, const DEPTH: u8> Deserialize<'de> for Holds<DEPTH> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut found = false;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
                     found = match (DEPTH, key.as_ref()) {
                         (0, "extensions") => map.next_value::<Holds<1>>()?.0,
                         (1, TASKS_EXTENSION) => {
@@ -299,10 +331,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetaClaim<'a> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut claim = None;
                 let mut tasks = false;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == META_PROTOCOL_VERSION {
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    if key.as_ref() == META_PROTOCOL_VERSION {
                         claim = Some(map.next_value()?);
-                    } else if key == META_CLIENT_CAPABILITIES {
+                    } else if key.as_ref() == META_CLIENT_CAPABILITIES {
                         tasks = map.next_value::<Holds<0>>()?.0;
                     } else {
                         map.next_value::<IgnoredAny>()?;
@@ -398,7 +430,7 @@ impl<'de> Visitor<'de> for MessageVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut m = Message::default();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key::<Key<'de>>()? {
             match key.as_ref() {
                 "jsonrpc" => m.jsonrpc = Some(map.next_value()?),
                 "id" => m.id = Some(map.next_value::<&'de RawValue>()?),
@@ -539,6 +571,17 @@ mod tests {
         assert_eq!(
             m.params.name.as_ref().and_then(Field::as_str),
             Some("héllo")
+        );
+        // Keys too: an escaped key is the same key (it is copied, not borrowed).
+        let m = single(
+            r#"{"meth\u006fd":"tools/call","params":{"n\u0061me":"echo","_meta":
+            {"io.modelcontextprotocol\/protocolVersion":"2026-07-28"}}}"#,
+        );
+        assert_eq!(m.method(), Some("tools/call"));
+        assert_eq!(m.params.name.as_ref().and_then(Field::as_str), Some("echo"));
+        assert_eq!(
+            m.params.claim.as_ref().and_then(Field::as_str),
+            Some("2026-07-28")
         );
     }
 

@@ -461,7 +461,7 @@ fn header(
         error: mismatch(name, format!("{} header {}", name.display(), p.describe())),
         id: id.cloned(),
     };
-    let Some(raw) = headers::single(headers, name.name()).map_err(to_rejection)? else {
+    let Some(raw) = headers::single(headers, name.header()).map_err(to_rejection)? else {
         return Ok(None);
     };
     let value = match name {

@@ -147,7 +147,7 @@ pub fn police(
     let grant = access
         .policy
         .as_ref()
-        .map(|p| p.grant(ctx.principal.as_ref()));
+        .map(|p| p.grant(ctx.principal.as_deref()));
     if let Some(limiter) = &access.rate {
         // A tool's bucket only for a name the caller may use; every request also draws
         // from the caller's.
@@ -162,7 +162,7 @@ pub fn police(
                     .is_none_or(|g| g.allows(policy::Kind::Tool, name))
             });
         let caller = caller_address(ctx, client, named.req);
-        if let Err(wait) = limiter.check(ctx.principal.as_ref(), caller, tool) {
+        if let Err(wait) = limiter.check(ctx.principal.as_deref(), caller, tool) {
             metrics::get()
                 .rate_limited
                 .with_label_values(&[route.name.as_str()])
@@ -389,7 +389,9 @@ pub fn filter_lists(resp: &mut ResponseHeader, ctx: &mut Ctx) -> pingora::Result
     let answering = filter.answering.is_some();
     match ctx.convert.as_mut() {
         Some(rewrite) => rewrite.set_filter(filter),
-        None => ctx.convert = Rewrite::new(content_type.as_deref(), None, Some(filter)),
+        None => {
+            ctx.convert = Rewrite::new(content_type.as_deref(), None, Some(filter)).map(Box::new)
+        }
     }
     if ctx.convert.is_none() && answering && resp.status == http::StatusCode::OK {
         // Neither JSON nor an event stream: not something the edge can filter.

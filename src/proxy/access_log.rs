@@ -78,8 +78,8 @@ fn log_line(session: &Session, ctx: &Ctx, outcome: Outcome) {
         error: ctx.error.as_ref().map(|e| e.kind().as_str()),
         duration_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         bytes_sent: session.body_bytes_sent(),
-        principal: ctx.principal.as_ref().map(|p| p.subject.as_str()),
-        tenant: ctx.principal.as_ref().and_then(|p| p.tenant.as_deref()),
+        principal: ctx.principal.as_deref().map(|p| p.subject.as_str()),
+        tenant: ctx.principal.as_deref().and_then(|p| p.tenant.as_deref()),
     };
     let mut json = Vec::with_capacity(320);
     // Serializing borrowed strings and numbers into a Vec cannot fail.

@@ -71,7 +71,9 @@ pub async fn admit(
             any_header: passthrough,
         });
     }
-    ctx.principal = access::identify(session, ctx, &endpoint).await?;
+    ctx.principal = access::identify(session, ctx, &endpoint)
+        .await?
+        .map(Box::new);
     let mut request = request(session, ctx, &endpoint, &load.budget).await?;
     if limits::is_stream(session.req_header(), endpoint.kind, ctx.labels.method) {
         let slot = load.stream(&snapshot.limits).await;
@@ -91,7 +93,7 @@ pub async fn admit(
                 session.req_header(),
                 &snapshot,
                 &endpoint,
-                crate::session::binding(session.req_header(), ctx.principal.as_ref()),
+                crate::session::binding(session.req_header(), ctx.principal.as_deref()),
             )
             .map_err(|e| Rejection::with_id(e, request.id.clone()))?,
         ),
@@ -268,7 +270,7 @@ async fn request(
                 &mut body,
                 &ctx.snapshot,
                 &endpoint.route,
-                ctx.principal.as_ref(),
+                ctx.principal.as_deref(),
             );
             let bridged = (endpoint.route.bridge
                 && verdict.era == Era::Legacy
@@ -279,7 +281,7 @@ async fn request(
                         &ctx.snapshot,
                         &endpoint.route,
                         &mut body,
-                        crate::session::binding(session.req_header(), ctx.principal.as_ref()),
+                        crate::session::binding(session.req_header(), ctx.principal.as_deref()),
                     )
                 });
             ctx.labels.record(&mut verdict);

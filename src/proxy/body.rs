@@ -5,6 +5,7 @@
 //! in the memory budget; an upload that stalls may be closed to make room for others.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -13,7 +14,7 @@ use pingora::proxy::Session;
 use pingora::ErrorType;
 
 use super::ctx::Ctx;
-use crate::budget::{Budget, Eviction, Holder, Reservation};
+use crate::budget::{Budget, Eviction, Holder, Reservation, Watch};
 use crate::error::EdgeError;
 use crate::runtime::Runtime;
 
@@ -104,14 +105,26 @@ async fn read_all(
         return Err(EdgeError::BodyTooLarge { limit });
     }
     let mut room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
-    let watch = budget.watch(Eviction::StalledUpload);
+    // Registered as a stalled-upload candidate only once a read has to wait: a body that
+    // came with its head (most do) is read without it.
+    let mut watch: Option<Watch> = None;
     let pace = Pace::new(snapshot);
     let mut buf = BytesMut::new();
     let mut reserved = 0usize;
     loop {
-        let read = tokio::select! {
-            r = session.downstream_session.read_request_body() => r,
-            _ = watch.candidate().evicted() => return Err(BUDGET_FULL),
+        let read = {
+            let reading = session.downstream_session.read_request_body();
+            tokio::pin!(reading);
+            match futures::poll!(&mut reading) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    let watch = watch.get_or_insert_with(|| budget.watch(Eviction::StalledUpload));
+                    tokio::select! {
+                        r = &mut reading => r,
+                        _ = watch.candidate().evicted() => return Err(BUDGET_FULL),
+                    }
+                }
+            }
         };
         match read {
             Ok(Some(chunk)) => {
@@ -137,7 +150,9 @@ async fn read_all(
                     }
                     buf.reserve(capacity - buf.len());
                 }
-                watch.candidate().progressed();
+                if let Some(watch) = &watch {
+                    watch.candidate().progressed();
+                }
                 buf.extend_from_slice(&chunk);
                 pace.check(buf.len())?;
             }

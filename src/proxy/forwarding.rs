@@ -7,23 +7,26 @@
 //! client cannot claim to be someone else or move the URLs a server builds. `traceparent` /
 //! `tracestate` are not touched.
 
+use std::fmt::Write;
 use std::net::IpAddr;
 
+use http::header::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 
 use crate::runtime::Forwarding;
 
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
-const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
-const X_FORWARDED_HOST: &str = "x-forwarded-host";
-const FORWARDED: &str = "forwarded";
+// Names parsed once (a name given as text is parsed and hashed again at every lookup).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// What only a trusted proxy may tell an upstream.
 const FAMILY: &[&str] = &[
-    FORWARDED,
-    X_FORWARDED_FOR,
-    X_FORWARDED_PROTO,
-    X_FORWARDED_HOST,
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
     "x-forwarded-port",
     "x-forwarded-prefix",
     "x-forwarded-server",
@@ -38,23 +41,41 @@ pub fn apply(
     config: &Forwarding,
     client: Option<IpAddr>,
     tls: bool,
-    host: Option<&str>,
+    host: Option<&HeaderValue>,
 ) -> pingora::Result<()> {
     // An IPv4 client of a dual-stack listener arrives as ::ffff:a.b.c.d.
     let client = client.map(|ip| ip.to_canonical());
     let trusted = client.is_some_and(|ip| config.trusts(ip));
-    if !trusted {
+    // One pass over the names first: most requests carry none of the family, and removing
+    // by name costs a lookup each.
+    if !trusted
+        && upstream
+            .headers
+            .keys()
+            .any(|k| FAMILY.contains(&k.as_str()))
+    {
         for name in FAMILY {
             upstream.remove_header(*name);
         }
     }
     let proto = if tls { "https" } else { "http" };
     if config.x_forwarded {
-        let chain =
-            client.map(|ip| extend(joined(upstream, X_FORWARDED_FOR), trusted, &ip.to_string()));
+        let chain = match client {
+            Some(ip) => Some(text(extend(
+                joined(upstream, &X_FORWARDED_FOR),
+                trusted,
+                &address(ip),
+            ))?),
+            None => None,
+        };
         set(upstream, X_FORWARDED_FOR, chain)?;
-        keep_or_set(upstream, X_FORWARDED_PROTO, trusted, Some(proto))?;
-        keep_or_set(upstream, X_FORWARDED_HOST, trusted, host)?;
+        keep_or_set(
+            upstream,
+            X_FORWARDED_PROTO,
+            trusted,
+            Some(HeaderValue::from_static(proto)),
+        )?;
+        keep_or_set(upstream, X_FORWARDED_HOST, trusted, host.cloned())?;
     }
     if config.forwarded {
         let mut element = match client {
@@ -62,17 +83,54 @@ pub fn apply(
             Some(IpAddr::V4(ip)) => format!("for={ip};proto={proto}"),
             None => format!("for=unknown;proto={proto}"),
         };
-        if let Some(h) = host.filter(|h| is_token_safe(h)) {
-            element.push_str(&format!(";host=\"{h}\""));
+        if let Some(h) = host
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| is_token_safe(h))
+        {
+            let _ = write!(element, ";host=\"{h}\"");
         }
-        let value = extend(joined(upstream, FORWARDED), trusted, &element);
-        set(upstream, FORWARDED, Some(value))?;
+        let value = extend(joined(upstream, &FORWARDED), trusted, &element);
+        set(upstream, FORWARDED, Some(text(value)?))?;
     }
     Ok(())
 }
 
+/// A client address as text: IPv4 written directly (the formatter costs more than the rest
+/// of the header's work), IPv6 by its `Display`.
+fn address(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut s = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                if octet >= 100 {
+                    s.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    s.push(char::from(b'0' + octet / 10 % 10));
+                }
+                s.push(char::from(b'0' + octet % 10));
+            }
+            s
+        }
+        IpAddr::V6(v6) => v6.to_string(),
+    }
+}
+
+fn text(value: String) -> pingora::Result<HeaderValue> {
+    HeaderValue::try_from(value).map_err(|e| {
+        pingora::Error::because(
+            pingora::ErrorType::InvalidHTTPHeader,
+            "forwarding header",
+            e,
+        )
+    })
+}
+
 /// Every value of `name` joined with ", " (a proxy chain may arrive in several lines).
-fn joined(req: &RequestHeader, name: &str) -> Option<String> {
+fn joined(req: &RequestHeader, name: &HeaderName) -> Option<String> {
     let values: Vec<&str> = req
         .headers
         .get_all(name)
@@ -92,25 +150,35 @@ fn extend(existing: Option<String>, trusted: bool, hop: &str) -> String {
     }
 }
 
-fn set(req: &mut RequestHeader, name: &'static str, value: Option<String>) -> pingora::Result<()> {
-    req.remove_header(name);
-    if let Some(v) = value {
-        req.insert_header(name, v)?;
+/// Replace every value of `name` by `value` (or by nothing).
+fn set(
+    req: &mut RequestHeader,
+    name: HeaderName,
+    value: Option<HeaderValue>,
+) -> pingora::Result<()> {
+    match value {
+        // Inserting replaces every earlier value.
+        Some(v) => req.insert_header(name, v),
+        None => {
+            if req.headers.contains_key(&name) {
+                req.remove_header(&name);
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 /// A trusted peer's value stays; anyone else's is replaced by ours.
 fn keep_or_set(
     req: &mut RequestHeader,
-    name: &'static str,
+    name: HeaderName,
     trusted: bool,
-    ours: Option<&str>,
+    ours: Option<HeaderValue>,
 ) -> pingora::Result<()> {
-    if trusted && req.headers.contains_key(name) {
+    if trusted && req.headers.contains_key(&name) {
         return Ok(());
     }
-    set(req, name, ours.map(str::to_string))
+    set(req, name, ours)
 }
 
 /// A host that can go in a quoted string as it is.
@@ -148,6 +216,26 @@ mod tests {
     }
 
     #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "127.0.0.1",
+            "203.0.113.255",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::8:800:200c:417a",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(address(ip), ip.to_string());
+        }
+        for octet in 0..=255u8 {
+            let ip = IpAddr::from([octet, 255 - octet, octet / 2, octet / 3]);
+            assert_eq!(address(ip), ip.to_string());
+        }
+    }
+
+    #[test]
     fn untrusted_clients_cannot_spoof() {
         let mut r = request(&[
             ("x-forwarded-for", "1.2.3.4"),
@@ -164,7 +252,7 @@ mod tests {
             &config(&["10.0.0.0/8"], true),
             Some(ip),
             false,
-            Some("edge.example"),
+            Some(&HeaderValue::from_static("edge.example")),
         )
         .unwrap();
         assert_eq!(get(&r, "x-forwarded-for"), ["203.0.113.9"]);
@@ -210,7 +298,7 @@ mod tests {
             &config(&["10.0.0.0/8"], true),
             Some(ip),
             false,
-            Some("h"),
+            Some(&HeaderValue::from_static("h")),
         )
         .unwrap();
         assert_eq!(get(&r, "x-forwarded-for"), ["1.2.3.4, 5.6.7.8, 10.1.2.3"]);

@@ -210,7 +210,7 @@ pub fn watch(ctx: &mut Ctx, content_type: Option<&[u8]>) -> bool {
         Some(t) if starts(t, b"application/json") => Scan::Json(JsonScan::new()),
         _ => return false,
     };
-    ctx.tasks = Some((scan, Sealed::default()));
+    ctx.tasks = Some(Box::new((scan, Sealed::default())));
     true
 }
 
@@ -221,13 +221,13 @@ pub fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
         ctx.admitted.as_ref(),
         ctx.upstream.member(),
         ctx.snapshot.sessions.as_deref(),
-        ctx.tasks.as_mut(),
+        ctx.tasks.as_deref_mut(),
     ) else {
         return Ok(());
     };
     let followed = admitted.task.as_ref().and_then(TaskRole::followed);
     let pool = admitted.route.pool.name.as_str();
-    let binding = ctx.principal.as_ref().map(|p| p.binding());
+    let binding = ctx.principal.as_deref().map(|p| p.binding());
     let mut failure = None;
     let mut swap = |upstream_id: &str| -> Option<String> {
         if let Some(f) = followed.filter(|f| f.upstream_id == upstream_id) {
