@@ -19,6 +19,7 @@ import time
 import urllib.request
 
 import identity
+import instructions
 import stdio
 import tls
 
@@ -208,10 +209,13 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
-        # One part alone (bench/stdio.py, bench/identity.py), with the full rounds.
+        # One part alone (bench/stdio.py, bench/identity.py, bench/instructions.py), with the
+        # full rounds.
         parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
                  "--identity": ("identity", identity,
-                                lambda: identity.run(sys.modules[__name__], work, start_upstream()))}
+                                lambda: identity.run(sys.modules[__name__], work, start_upstream())),
+                 "--instructions": ("instructions", instructions,
+                                    lambda: instructions.run(sys.modules[__name__], work, start_upstream()))}
         for flag, (key, module, part) in parts.items():
             if flag in sys.argv:
                 results[key] = part()
@@ -250,6 +254,13 @@ def start_edge(work, tag, name, upstream, keys, port, admin):
     an admin listener, read during P4 for the memory budget; "log off" adds EDGES' section and
     RUST_LOG=warn. The default edge gets no RUST_LOG at all, and its stderr, where the access
     log goes, is a file, as under a container runtime."""
+    cmd, env = edge_command(work, tag, name, upstream, keys, port, admin)
+    return start(cmd, env=env)
+
+
+def edge_command(work, tag, name, upstream, keys, port, admin):
+    """The command line and environment `start_edge` runs (bench/instructions.py runs it under
+    callgrind)."""
     conf = os.path.join(work, f"edge-{tag}-{'log-off' if EDGES[name] else 'default'}.toml")
     with open(conf, "w") as f:
         f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{port}"\n
@@ -259,7 +270,7 @@ def start_edge(work, tag, name, upstream, keys, port, admin):
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     if EDGES[name]:
         env["RUST_LOG"] = "warn"
-    return start([os.path.join(REL, "mcp-edge"), "--config", conf], env=env)
+    return [os.path.join(REL, "mcp-edge"), "--config", conf], env
 
 
 def start_proxies(work, upstream, tag):
@@ -335,6 +346,10 @@ def run(work, results):
 
     # Identity: token validation and list filtering against the same requests without them.
     results["identity"] = identity.run(sys.modules[__name__], work, upstream)
+
+    # Instructions per request under callgrind (bench/instructions.py): not in the quick run.
+    if not QUICK:
+        results["instructions"] = instructions.run(sys.modules[__name__], work, upstream)
 
     # P4: idle SSE streams held through each proxy; resident memory per stream. Only the
     # default edge: an idle stream writes no access-log line until it ends.
@@ -462,6 +477,8 @@ def report(r):
         block += "\n\n" + identity.block(r["identity"])
     if "stdio" in r:
         block += "\n\n" + stdio.block(r["stdio"])
+    if "instructions" in r:
+        block += "\n\n" + instructions.block(r["instructions"])
     print(head)
     print(block + "\n")
     print(table)

@@ -6,11 +6,15 @@
 # Usage: bash bench/run.sh [--quick]      (--quick: a few seconds, checks the harness works)
 #        bash bench/run.sh --identity     (only token validation and list filtering, bench/identity.py)
 #        bash bench/run.sh --stdio        (only a stdio pool against the same server over HTTP, bench/stdio.py)
+#        bash bench/run.sh --instructions (only instructions per request under callgrind, bench/instructions.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in nginx haproxy wrk openssl; do
+tools=(nginx haproxy wrk openssl)
+# callgrind (bench/instructions.py): every run but the quick one.
+[ "${1:-}" = "--quick" ] || tools+=(valgrind)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -35,7 +39,7 @@ cargo build --release --quiet --bin mcp-edge --example bench_upstream --example 
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt
-if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--stdio" ]; then
+if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--instructions" ]; then
   cargo bench --quiet --bench tokens | tee -a bench/results/micro.txt
   cargo bench --quiet --bench inspect | tee -a bench/results/micro.txt
 fi
