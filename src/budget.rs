@@ -113,6 +113,11 @@ impl Watch {
     pub fn candidate(&self) -> &Candidate {
         &self.candidate
     }
+
+    /// The budget told this holder to close (and it has not waited for it yet).
+    pub fn is_evicted(&self) -> bool {
+        futures::FutureExt::now_or_never(self.candidate.evicted()).is_some()
+    }
 }
 
 impl Drop for Watch {

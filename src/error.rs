@@ -43,9 +43,19 @@ impl RoutingHeader {
         }
     }
 
-    /// The header's name, parsed.
-    pub const fn header(self) -> http::header::HeaderName {
-        http::header::HeaderName::from_static(self.name())
+    /// The header's name, parsed (at compile time: a name given as text is parsed again at
+    /// every lookup).
+    pub fn header(self) -> http::header::HeaderName {
+        use http::header::HeaderName;
+        const PROTOCOL_VERSION: HeaderName =
+            HeaderName::from_static(RoutingHeader::ProtocolVersion.name());
+        const METHOD: HeaderName = HeaderName::from_static(RoutingHeader::Method.name());
+        const NAME: HeaderName = HeaderName::from_static(RoutingHeader::Name.name());
+        match self {
+            RoutingHeader::ProtocolVersion => PROTOCOL_VERSION,
+            RoutingHeader::Method => METHOD,
+            RoutingHeader::Name => NAME,
+        }
     }
 
     /// The spec's spelling, for messages.

@@ -230,7 +230,7 @@ impl ProxyHttp for Edge {
     ) -> Result<()> {
         if admitted(ctx)?.bridge.is_some() {
             // A bridged client's session is the edge's, never a member's.
-            resp.remove_header(&crate::mcp::headers::SESSION_ID);
+            resp.remove_header(crate::mcp::headers::SESSION_ID);
         }
         legacy::seal_session_header(resp, ctx)?;
         match &ctx.cors {

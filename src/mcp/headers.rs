@@ -3,17 +3,16 @@
 use std::borrow::Cow;
 
 use base64::Engine;
-use http::header::{AsHeaderName, HeaderName};
+use http::header::AsHeaderName;
 use http::HeaderMap;
 
 use crate::error::RoutingHeader;
 
-// Names parsed once: a name given as text is parsed and hashed again at every lookup.
-pub const PROTOCOL_VERSION: HeaderName = RoutingHeader::ProtocolVersion.header();
-pub const METHOD: HeaderName = RoutingHeader::Method.header();
-pub const NAME: HeaderName = RoutingHeader::Name.header();
-pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-pub const ORIGIN: HeaderName = http::header::ORIGIN;
+pub const PROTOCOL_VERSION: &str = RoutingHeader::ProtocolVersion.name();
+pub const METHOD: &str = RoutingHeader::Method.name();
+pub const NAME: &str = RoutingHeader::Name.name();
+pub const SESSION_ID: &str = "mcp-session-id";
+pub const ORIGIN: &str = "origin";
 
 /// Why a header value could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -106,7 +106,8 @@ async fn read_all(
     }
     let mut room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
     // Registered as a stalled-upload candidate only once a read has to wait: a body that
-    // came with its head (most do) is read without it.
+    // came with its head (most do) is read without it. (Candidates are closed oldest first by
+    // registration, so an upload ranks by its first wait.)
     let mut watch: Option<Watch> = None;
     let pace = Pace::new(snapshot);
     let mut buf = BytesMut::new();
@@ -116,6 +117,10 @@ async fn read_all(
             let reading = session.downstream_session.read_request_body();
             tokio::pin!(reading);
             match futures::poll!(&mut reading) {
+                // Registered and told to close: stop even though the client keeps sending.
+                Poll::Ready(_) if watch.as_ref().is_some_and(Watch::is_evicted) => {
+                    return Err(BUDGET_FULL)
+                }
                 Poll::Ready(r) => r,
                 Poll::Pending => {
                     let watch = watch.get_or_insert_with(|| budget.watch(Eviction::StalledUpload));

@@ -412,7 +412,7 @@ fn open(
 
 /// Upstream request head of a bridged request: the 2026-07-28 headers, no session.
 pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora::Result<()> {
-    upstream.remove_header(&SESSION_ID);
+    upstream.remove_header(SESSION_ID);
     // The answer is converted: plain bytes, please.
     upstream.remove_header(&http::header::ACCEPT_ENCODING);
     upstream.insert_header(headers::PROTOCOL_VERSION, MODERN_VERSION)?;
@@ -420,7 +420,7 @@ pub fn restore_head(upstream: &mut RequestHeader, forward: &Forward) -> pingora:
     match &forward.name {
         Some(name) => upstream.insert_header(NAME, headers::encode_value(name))?,
         None => {
-            upstream.remove_header(&NAME);
+            upstream.remove_header(NAME);
         }
     }
     if upstream.headers.contains_key(http::header::CONTENT_LENGTH) {
@@ -437,7 +437,7 @@ pub fn answer_head(
     resp: &mut pingora::http::ResponseHeader,
     forward: &Forward,
 ) -> pingora::Result<Option<Rewrite>> {
-    resp.remove_header(&SESSION_ID);
+    resp.remove_header(SESSION_ID);
     let content_type = resp
         .headers
         .get(http::header::CONTENT_TYPE)

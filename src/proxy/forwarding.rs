@@ -15,11 +15,27 @@ use pingora::http::RequestHeader;
 
 use crate::runtime::Forwarding;
 
-// Names parsed once (a name given as text is parsed and hashed again at every lookup).
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+/// A header the edge sets, by name twice: parsed at compile time for lookups (a name given as
+/// text is parsed and hashed again at each), and as static text for Pingora's insert (which
+/// copies a parsed name it has no spelling of its own for, and takes static text as it is).
+struct Name {
+    parsed: HeaderName,
+    text: &'static str,
+}
+
+impl Name {
+    const fn new(text: &'static str) -> Name {
+        Name {
+            parsed: HeaderName::from_static(text),
+            text,
+        }
+    }
+}
+
+const X_FORWARDED_FOR: Name = Name::new("x-forwarded-for");
+const X_FORWARDED_PROTO: Name = Name::new("x-forwarded-proto");
+const X_FORWARDED_HOST: Name = Name::new("x-forwarded-host");
+const FORWARDED: Name = Name::new("forwarded");
 
 /// What only a trusted proxy may tell an upstream.
 const FAMILY: &[&str] = &[
@@ -62,7 +78,7 @@ pub fn apply(
     if config.x_forwarded {
         let chain = match client {
             Some(ip) => Some(text(extend(
-                joined(upstream, &X_FORWARDED_FOR),
+                joined(upstream, &X_FORWARDED_FOR.parsed),
                 trusted,
                 &address(ip),
             ))?),
@@ -89,7 +105,7 @@ pub fn apply(
         {
             let _ = write!(element, ";host=\"{h}\"");
         }
-        let value = extend(joined(upstream, &FORWARDED), trusted, &element);
+        let value = extend(joined(upstream, &FORWARDED.parsed), trusted, &element);
         set(upstream, FORWARDED, Some(text(value)?))?;
     }
     Ok(())
@@ -151,17 +167,13 @@ fn extend(existing: Option<String>, trusted: bool, hop: &str) -> String {
 }
 
 /// Replace every value of `name` by `value` (or by nothing).
-fn set(
-    req: &mut RequestHeader,
-    name: HeaderName,
-    value: Option<HeaderValue>,
-) -> pingora::Result<()> {
+fn set(req: &mut RequestHeader, name: Name, value: Option<HeaderValue>) -> pingora::Result<()> {
     match value {
         // Inserting replaces every earlier value.
-        Some(v) => req.insert_header(name, v),
+        Some(v) => req.insert_header(name.text, v),
         None => {
-            if req.headers.contains_key(&name) {
-                req.remove_header(&name);
+            if req.headers.contains_key(&name.parsed) {
+                req.remove_header(&name.parsed);
             }
             Ok(())
         }
@@ -171,11 +183,11 @@ fn set(
 /// A trusted peer's value stays; anyone else's is replaced by ours.
 fn keep_or_set(
     req: &mut RequestHeader,
-    name: HeaderName,
+    name: Name,
     trusted: bool,
     ours: Option<HeaderValue>,
 ) -> pingora::Result<()> {
-    if trusted && req.headers.contains_key(&name) {
+    if trusted && req.headers.contains_key(&name.parsed) {
         return Ok(());
     }
     set(req, name, ours)

@@ -82,7 +82,7 @@ pub fn restore_upstream_target(upstream: &mut RequestHeader, admitted: &Admitted
         // A token (or anything else) in this header means nothing upstream here: a modern
         // request, a preflight, a request without a session.
         _ => {
-            upstream.remove_header(&SESSION_ID);
+            upstream.remove_header(SESSION_ID);
         }
     }
     let sticky_query = sticky.filter(|_| admitted.endpoint == EndpointKind::Messages);
@@ -121,7 +121,7 @@ pub fn seal_session_header(resp: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
         return Ok(());
     };
     let Some(admitted) = &ctx.admitted else {
-        resp.remove_header(&SESSION_ID);
+        resp.remove_header(SESSION_ID);
         return Ok(());
     };
     let token = match admitted.session() {
@@ -131,7 +131,7 @@ pub fn seal_session_header(resp: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
                 (ctx.upstream.member(), ctx.snapshot.sessions.as_deref())
             else {
                 // No key ring (a modern-only route): never let the raw identifier out.
-                resp.remove_header(&SESSION_ID);
+                resp.remove_header(SESSION_ID);
                 return Ok(());
             };
             let pool = &admitted.route.pool.name;

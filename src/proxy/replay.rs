@@ -208,36 +208,21 @@ impl Replay {
         self.last_activity = Some(Instant::now());
     }
 
-    /// When the upstream's silence becomes an error, and the silence allowed.
-    fn silence_deadline(&mut self) -> (Instant, Duration) {
+    /// When the upstream's silence becomes an error.
+    fn silence_deadline(&mut self) -> Instant {
         let since = *self.last_activity.get_or_insert_with(Instant::now);
         let allowed = match (self.head_seen, self.streaming) {
             (false, _) => self.silence.head,
             (true, false) => self.silence.gap,
             (true, true) => self.silence.stream_idle,
         };
-        (since + allowed, allowed)
+        since + allowed
     }
 }
 
-/// The process's reference point for timer deadlines (see [`arm`]).
-static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
-
-/// A timer that fires at `deadline`, or at most 1/64 of `allowed` (and at most 1 s) after it.
-/// Deadlines are rounded up to that grid so that requests arming at about the same time share
-/// one entry of Pingora's timer tree (10 ms buckets): at 60 s allowed, one entry per second
-/// instead of one per 10 ms, and idle streams (24 h allowed) one per second they started in.
-fn arm(deadline: Instant, allowed: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
-    let grid = (allowed / 64).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    // In whole microseconds (u64 arithmetic; 584,000 years of process life).
-    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-    let step = micros(grid);
-    let offset = micros(deadline.saturating_duration_since(*EPOCH));
-    let rounded = offset.div_ceil(step).saturating_mul(step);
-    let at = EPOCH
-        .checked_add(Duration::from_micros(rounded))
-        .unwrap_or(deadline);
-    let after = at.saturating_duration_since(Instant::now());
+/// A timer that fires at `deadline` (at Pingora's 10 ms resolution).
+fn arm(deadline: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + Sync>> {
+    let after = deadline.saturating_duration_since(Instant::now());
     Box::pin(pingora::time::fast_timeout::fast_sleep(after))
 }
 
@@ -351,20 +336,20 @@ impl CustomSession for Replay {
         // silence, and, for an event stream, for the cutoff, which ends the proxying of the
         // stream (the proxy's `logging` then ends the response cleanly).
         loop {
-            let (deadline, allowed) = self.silence_deadline();
+            let deadline = self.silence_deadline();
             let what = match (self.head_seen, self.streaming) {
                 (false, _) => "response head",
                 (true, false) => "response bytes",
                 (true, true) => "event-stream bytes",
             };
             let streaming = self.streaming;
-            let timer = self.timer.get_or_insert_with(|| arm(deadline, allowed));
+            let timer = self.timer.get_or_insert_with(|| arm(deadline));
             tokio::select! {
                 r = self.inner.read_body_or_idle(no_body_expected) => return r,
                 _ = timer.as_mut() => {
                     // Armed for an earlier deadline; there was activity since.
                     if Instant::now() < deadline {
-                        self.timer = Some(arm(deadline, allowed));
+                        self.timer = Some(arm(deadline));
                         continue;
                     }
                     return Err(silence_error(what));

@@ -96,13 +96,13 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
     }
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let caller = text(CALLER_HEADER).unwrap_or("anonymous").to_string();
-    let session = text(crate::mcp::headers::SESSION_ID.as_str()).map(str::to_string);
+    let session = text(crate::mcp::headers::SESSION_ID).map(str::to_string);
     let event_stream = headers
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
-    let modern = text(crate::mcp::headers::PROTOCOL_VERSION.as_str()) == Some(MODERN_VERSION);
+    let modern = text(crate::mcp::headers::PROTOCOL_VERSION) == Some(MODERN_VERSION);
     let asked = Asked {
         caller: &caller,
         session: session.as_deref(),
