@@ -84,12 +84,21 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
         session: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        let snapshot = self.runtime.load_full();
-        let head_deadline = tokio::time::Instant::now() + snapshot.timeouts.request_head;
-        self.budget.set_limit(snapshot.limits.memory_budget);
+        // Read what the connection needs and let the configuration go: a connection must not
+        // keep a replaced configuration (and the stdio processes of a pool a reload dropped)
+        // alive for as long as the client keeps it open.
+        let (head_deadline, max_connections, max_header_bytes) = {
+            let snapshot = self.runtime.load();
+            self.budget.set_limit(snapshot.limits.memory_budget);
+            (
+                tokio::time::Instant::now() + snapshot.timeouts.request_head,
+                snapshot.limits.max_connections,
+                snapshot.limits.max_header_bytes,
+            )
+        };
         let before = self.open.fetch_add(1, Ordering::AcqRel);
         let _open = Open(&self.open);
-        if before >= snapshot.limits.max_connections {
+        if before >= max_connections {
             metrics::get().edge_error(ErrorKind::Overloaded);
             // Dropping the stream closes the connection.
             return None;
@@ -98,18 +107,16 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             .budget
             .reserve(Holder::Connection, CONNECTION_COST)
             .await?;
-        let t = &snapshot;
         let (session, http2): (Stream, bool) = match &self.tls {
             Some(acceptor) => {
                 // Boxed: the handshake's state is large, and this future lives as long as
                 // the connection (an idle stream would carry it).
-                let max_bytes = t.limits.max_header_bytes;
                 Box::pin(tls_first_head(
                     session,
                     acceptor,
                     &self.budget,
                     head_deadline,
-                    max_bytes,
+                    max_header_bytes,
                 ))
                 .await?
             }
@@ -117,7 +124,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
                 let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
                 let head = Head {
                     deadline: head_deadline,
-                    max_bytes: t.limits.max_header_bytes,
+                    max_bytes: max_header_bytes,
                     h2_preface: self.h2c,
                 };
                 // Boxed like the TLS one: its read buffer must not ride in this future for

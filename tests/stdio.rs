@@ -634,6 +634,11 @@ fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_
     };
     let kept = pid_of(edge.url());
     let dropped = pid_of(extra_url.clone());
+    // A client connection opened before the reload stays open (kept alive, idle) through
+    // it: it must not keep the old configuration, and so the dropped pool, alive.
+    let idle_client = client();
+    let (status, _) = rt.block_on(call(&idle_client, &extra_url, json!(2), "pid", json!({})));
+    assert_eq!(status, 200);
     write(false, 999);
     edge.signal("-HUP");
     rt.block_on(async {
@@ -653,6 +658,7 @@ fn a_reload_keeps_the_processes_of_a_pool_it_keeps_and_stops_those_of_a_pool_it_
     });
     assert_eq!(pid_of(edge.url()), kept, "the kept pool kept its process");
     assert!(running(&kept));
+    drop(idle_client);
     let _ = std::fs::remove_file(path);
 }
 
