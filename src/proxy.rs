@@ -76,13 +76,16 @@ fn admitted(ctx: &Ctx) -> Result<&ctx::Admitted> {
 
 #[async_trait]
 impl ProxyHttp for Edge {
-    type CTX = Ctx;
+    /// Boxed: Pingora moves the context by value through nested futures of the exchange, and
+    /// each keeps room for it for an idle event stream's whole life (three copies of 576 bytes
+    /// unboxed, measured in docs/benchmarks.md).
+    type CTX = Box<Ctx>;
 
-    fn new_ctx(&self) -> Ctx {
-        Ctx::new(self.runtime.load_full())
+    fn new_ctx(&self) -> Box<Ctx> {
+        Box::new(Ctx::new(self.runtime.load_full()))
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         crate::connections::request_started();
         ctx.tls = self.tls;
         match admit::admit(session, ctx, &self.load).await {
@@ -119,7 +122,11 @@ impl ProxyHttp for Edge {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
         let member = upstream::choose(ctx, admitted(ctx)?)?;
         Ok(upstream::peer(ctx, member))
     }
@@ -129,7 +136,7 @@ impl ProxyHttp for Edge {
         _session: &mut Session,
         body: &mut Option<Bytes>,
         end_of_stream: bool,
-        ctx: &mut Ctx,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
         if end_of_stream && body.is_some() {
             // The whole body is on its way upstream, and a request is never sent twice:
@@ -143,7 +150,7 @@ impl ProxyHttp for Edge {
         &self,
         _session: &mut Session,
         peer: &HttpPeer,
-        ctx: &mut Ctx,
+        ctx: &mut Self::CTX,
         e: Box<Error>,
     ) -> Box<Error> {
         upstream::connect_failed(ctx, peer, e)
@@ -153,7 +160,7 @@ impl ProxyHttp for Edge {
         &self,
         session: &mut Session,
         upstream: &mut RequestHeader,
-        ctx: &mut Ctx,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
         if ctx.answered_continue {
             upstream.remove_header(&http::header::EXPECT);
@@ -226,7 +233,7 @@ impl ProxyHttp for Edge {
         &self,
         _session: &mut Session,
         resp: &mut ResponseHeader,
-        ctx: &mut Ctx,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
         if admitted(ctx)?.bridge.is_some() {
             // A bridged client's session is the edge's, never a member's.
@@ -293,7 +300,7 @@ impl ProxyHttp for Edge {
         _session: &mut Session,
         body: &mut Option<Bytes>,
         end: bool,
-        ctx: &mut Ctx,
+        ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         if ctx.tasks.is_some() {
             tasks::rewrite_chunk(body, end, ctx)?;
@@ -323,13 +330,13 @@ impl ProxyHttp for Edge {
         peer: &HttpPeer,
         _session: &mut Session,
         e: Box<Error>,
-        _ctx: &mut Ctx,
+        _ctx: &mut Self::CTX,
         _client_reused: bool,
     ) -> Box<Error> {
         upstream::proxy_failed(e).more_context(format!("Peer: {peer}"))
     }
 
-    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, e: &Error) -> bool {
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, e: &Error) -> bool {
         if e.etype() == &replay::STREAM_CUT {
             return true;
         }
@@ -341,7 +348,12 @@ impl ProxyHttp for Edge {
             )
     }
 
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut Self::CTX,
+    ) -> FailToProxy {
         if e.etype() == &replay::STREAM_CUT {
             // An event stream ended by shutdown: `logging` closes it cleanly.
             return FailToProxy {
@@ -357,7 +369,7 @@ impl ProxyHttp for Edge {
         }
     }
 
-    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Self::CTX) {
         replay::restore(session, &mut ctx.handback).await;
         if e.is_some_and(|e| e.etype() == &replay::STREAM_CUT) {
             // The edge is shutting down: end the event stream properly (final chunk or h2

@@ -26,7 +26,7 @@ use crate::sse::EndpointRewriter;
 /// Pingora keeps the context for the whole exchange, an idle event stream's included: the
 /// parts only some requests use (the endpoint rewriter, the bridge conversion, the task-id
 /// scan, the principal) are boxed, so that the others do not carry their room (952 bytes
-/// unboxed, 576 boxed).
+/// unboxed, 576 boxed). The proxy boxes the whole context too (`ProxyHttp::CTX`).
 pub struct Ctx {
     pub started: Instant,
     pub snapshot: Arc<Runtime>,

@@ -15,8 +15,10 @@
 //!   `protocols::http::custom::server::Session` (~45 methods) that it wraps;
 //! - the proxy loop sending the body from `get_retry_buffer()` when `is_body_done()` is true
 //!   and `retry_buffer_truncated()` is false (`proxy_h1`/`proxy_h2` body tasks);
-//! - `finish_custom()` being callable from our own code, as the hand-back hook (Pingora itself
-//!   calls it only on custom message writers, never on a downstream session);
+//! - `finish_custom()` being callable from our own code, as the hand-back hook. Pingora itself
+//!   calls it on a downstream session only from `write_error_response` (`respond_error`, the
+//!   default `fail_to_proxy`, the cache), none of which the edge reaches while a `Replay` is
+//!   installed: its `fail_to_proxy` restores first;
 //! - `read_body_or_idle()` being what the proxy polls on the client side while a response
 //!   streams, which is where an event stream can be ended early (see `cutoff` below).
 //!
@@ -33,7 +35,7 @@
 //! a long-lived stream does not pin its request body.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -114,7 +116,8 @@ pub fn install(
     let real = swap_out(&mut session.downstream_session);
     let stored = Stored::new(body);
     let replay = ServerSession::new_custom(Box::new(Replay {
-        inner: real,
+        inner: Some(real),
+        orphan: None,
         body: stored.clone(),
         handback: Some(tx),
         cutoff,
@@ -146,8 +149,7 @@ pub async fn restore(session: &mut Session, handback: &mut Option<Handback>) {
         return;
     };
     if let Some(custom) = session.downstream_session.as_custom_mut() {
-        // `finish_custom` is the Replay's hand-back hook (Pingora calls it only on custom
-        // message writers, never on a downstream session).
+        // `finish_custom` is the Replay's hand-back hook (see the module doc).
         let _ = custom.finish_custom().await;
     }
     if let Ok(real) = rx.try_recv() {
@@ -183,7 +185,12 @@ fn put_back(slot: &mut Box<ServerSession>, session: Box<ServerSession>) {
 }
 
 struct Replay {
-    inner: Box<ServerSession>,
+    /// The real session, until [`CustomSession::finish_custom`] hands it back ([`restore`]
+    /// then drops the `Replay`; should anything still call it, reads and writes fail and the
+    /// getters answer as for a closed session).
+    inner: Option<Box<ServerSession>>,
+    /// What `req_header_mut` lends once the real session is gone (never in practice).
+    orphan: Option<Box<RequestHeader>>,
     body: Stored,
     handback: Option<oneshot::Sender<Box<ServerSession>>>,
     cutoff: watch::Receiver<bool>,
@@ -218,6 +225,21 @@ impl Replay {
         };
         since + allowed
     }
+
+    fn session(&mut self) -> Result<&mut ServerSession> {
+        self.inner.as_deref_mut().ok_or_else(handed_back)
+    }
+}
+
+fn handed_back() -> Box<Error> {
+    Error::explain(ErrorType::InternalError, "session handed back")
+}
+
+/// The request head of a `Replay` whose session was handed back.
+static NO_REQUEST: LazyLock<RequestHeader> = LazyLock::new(empty_request);
+
+fn empty_request() -> RequestHeader {
+    RequestHeader::from(http::Request::new(()).into_parts().0)
 }
 
 /// A timer that fires at `deadline` (at Pingora's 10 ms resolution).
@@ -249,10 +271,16 @@ type MessageReader = Box<dyn Stream<Item = Result<Bytes>> + Unpin + Send + Sync 
 #[async_trait]
 impl CustomSession for Replay {
     fn req_header(&self) -> &RequestHeader {
-        self.inner.req_header()
+        match &self.inner {
+            Some(s) => s.req_header(),
+            None => &NO_REQUEST,
+        }
     }
     fn req_header_mut(&mut self) -> &mut RequestHeader {
-        self.inner.req_header_mut()
+        match &mut self.inner {
+            Some(s) => s.req_header_mut(),
+            None => self.orphan.get_or_insert_with(|| Box::new(empty_request())),
+        }
     }
     async fn read_body_bytes(&mut self) -> Result<Option<Bytes>> {
         Ok(None)
@@ -262,71 +290,84 @@ impl CustomSession for Replay {
     }
     async fn write_response_header(&mut self, resp: Box<ResponseHeader>, end: bool) -> Result<()> {
         self.saw_head(&resp);
-        self.inner.write_response_header(resp).await?;
+        let inner = self.session()?;
+        inner.write_response_header(resp).await?;
         if end {
-            self.inner.finish_body().await?;
+            inner.finish_body().await?;
         }
         Ok(())
     }
     async fn write_response_header_ref(&mut self, resp: &ResponseHeader, end: bool) -> Result<()> {
         self.saw_head(resp);
-        self.inner.write_response_header_ref(resp).await?;
+        let inner = self.session()?;
+        inner.write_response_header_ref(resp).await?;
         if end {
-            self.inner.finish_body().await?;
+            inner.finish_body().await?;
         }
         Ok(())
     }
     async fn write_body(&mut self, data: Bytes, end: bool) -> Result<()> {
-        let r = self.inner.write_response_body(data, end).await;
+        let r = self.session()?.write_response_body(data, end).await;
         // After the write: time spent writing to a slow client is not upstream silence.
         self.last_activity = Some(Instant::now());
         r
     }
     async fn write_trailers(&mut self, trailers: HeaderMap) -> Result<()> {
-        self.inner.write_response_trailers(trailers).await
+        self.session()?.write_response_trailers(trailers).await
     }
     async fn response_duplex_vec(&mut self, tasks: Vec<HttpTask>) -> Result<bool> {
         // Proxied response heads arrive here, not through `write_response_header`.
         if let Some(HttpTask::Header(resp, _)) = tasks.first() {
             self.saw_head(resp);
         }
-        let r = self.inner.response_duplex_vec(tasks).await;
+        let r = self.session()?.response_duplex_vec(tasks).await;
         // After the write: time spent writing to a slow client is not upstream silence.
         self.last_activity = Some(Instant::now());
         r
     }
     fn set_read_timeout(&mut self, timeout: Option<Duration>) {
-        self.inner.set_read_timeout(timeout)
+        if let Some(s) = &mut self.inner {
+            s.set_read_timeout(timeout)
+        }
     }
     fn get_read_timeout(&self) -> Option<Duration> {
-        self.inner.get_read_timeout()
+        self.inner.as_ref()?.get_read_timeout()
     }
     fn set_write_timeout(&mut self, timeout: Option<Duration>) {
-        self.inner.set_write_timeout(timeout)
+        if let Some(s) = &mut self.inner {
+            s.set_write_timeout(timeout)
+        }
     }
     fn get_write_timeout(&self) -> Option<Duration> {
-        self.inner.get_write_timeout()
+        self.inner.as_ref()?.get_write_timeout()
     }
     fn set_total_drain_timeout(&mut self, timeout: Option<Duration>) {
-        self.inner.set_total_drain_timeout(timeout)
+        if let Some(s) = &mut self.inner {
+            s.set_total_drain_timeout(timeout)
+        }
     }
     fn get_total_drain_timeout(&self) -> Option<Duration> {
-        self.inner.get_total_drain_timeout()
+        self.inner.as_ref()?.get_total_drain_timeout()
     }
     fn request_summary(&self) -> String {
-        self.inner.request_summary()
+        self.inner
+            .as_ref()
+            .map(|s| s.request_summary())
+            .unwrap_or_default()
     }
     fn response_written(&self) -> Option<&ResponseHeader> {
-        self.inner.response_written()
+        self.inner.as_ref()?.response_written()
     }
     async fn shutdown(&mut self, _code: u32, _ctx: &str) {
-        self.inner.shutdown().await
+        if let Some(s) = &mut self.inner {
+            s.shutdown().await
+        }
     }
     fn is_body_done(&mut self) -> bool {
         true
     }
     async fn finish(&mut self) -> Result<()> {
-        self.inner.finish_body().await
+        self.session()?.finish_body().await
     }
     fn is_body_empty(&mut self) -> bool {
         self.body.is_empty()
@@ -343,9 +384,10 @@ impl CustomSession for Replay {
                 (true, true) => "event-stream bytes",
             };
             let streaming = self.streaming;
+            let inner = self.inner.as_deref_mut().ok_or_else(handed_back)?;
             let timer = self.timer.get_or_insert_with(|| arm(deadline));
             tokio::select! {
-                r = self.inner.read_body_or_idle(no_body_expected) => return r,
+                r = inner.read_body_or_idle(no_body_expected) => return r,
                 _ = timer.as_mut() => {
                     // Armed for an earlier deadline; there was activity since.
                     if Instant::now() < deadline {
@@ -361,25 +403,28 @@ impl CustomSession for Replay {
         }
     }
     fn body_bytes_sent(&self) -> usize {
-        self.inner.body_bytes_sent()
+        self.inner.as_ref().map_or(0, |s| s.body_bytes_sent())
     }
     fn body_bytes_read(&self) -> usize {
-        self.inner.body_bytes_read()
+        self.inner.as_ref().map_or(0, |s| s.body_bytes_read())
     }
     fn digest(&self) -> Option<&Digest> {
-        self.inner.digest()
+        self.inner.as_ref()?.digest()
     }
     fn digest_mut(&mut self) -> Option<&mut Digest> {
-        self.inner.digest_mut()
+        self.inner.as_mut()?.digest_mut()
     }
     fn client_addr(&self) -> Option<&SocketAddr> {
-        self.inner.client_addr()
+        self.inner.as_ref()?.client_addr()
     }
     fn server_addr(&self) -> Option<&SocketAddr> {
-        self.inner.server_addr()
+        self.inner.as_ref()?.server_addr()
     }
     fn pseudo_raw_h1_request_header(&self) -> Bytes {
-        self.inner.to_h1_raw()
+        self.inner
+            .as_ref()
+            .map(|s| s.to_h1_raw())
+            .unwrap_or_default()
     }
     fn enable_retry_buffering(&mut self) {}
     fn retry_buffer_truncated(&self) -> bool {
@@ -389,11 +434,13 @@ impl CustomSession for Replay {
         self.body.get()
     }
     async fn finish_custom(&mut self) -> Result<()> {
+        // Taken, not swapped for a stand-in: nothing uses this `Replay` after the hand-back.
         if let Some(tx) = self.handback.take() {
-            let real = std::mem::replace(&mut self.inner, detached());
-            // The receiver lives in the request context; if it is gone there is nobody to
-            // hand the session to and dropping it closes the connection, which is safe.
-            let _ = tx.send(real);
+            if let Some(real) = self.inner.take() {
+                // The receiver lives in the request context; if it is gone there is nobody
+                // to hand the session to and dropping it closes the connection, which is safe.
+                let _ = tx.send(real);
+            }
         }
         Ok(())
     }
@@ -411,5 +458,56 @@ impl CustomSession for Replay {
         _writer: Box<dyn CustomMessageWrite>,
     ) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay() -> (Replay, oneshot::Receiver<Box<ServerSession>>) {
+        let (tx, rx) = oneshot::channel();
+        let (_switch, cutoff) = watch::channel(false);
+        let second = Duration::from_secs(1);
+        let replay = Replay {
+            inner: Some(detached()),
+            orphan: None,
+            body: Stored::new(None),
+            handback: Some(tx),
+            cutoff,
+            streaming: false,
+            silence: Silence {
+                head: second,
+                gap: second,
+                stream_idle: second,
+            },
+            head_seen: false,
+            last_activity: None,
+            timer: None,
+        };
+        (replay, rx)
+    }
+
+    #[tokio::test]
+    async fn the_session_is_handed_back_once_and_the_replay_then_refuses_work() {
+        let (mut replay, mut rx) = replay();
+        replay.finish_custom().await.ok();
+        assert!(rx.try_recv().is_ok(), "the real session came back");
+        // A second hand-back has nothing to send, and nothing panics or reaches a session.
+        replay.finish_custom().await.ok();
+        assert!(replay.inner.is_none());
+        assert_eq!(replay.req_header().uri.path(), "/");
+        replay
+            .req_header_mut()
+            .set_uri(http::Uri::from_static("/changed"));
+        assert_eq!(replay.req_header_mut().uri.path(), "/changed");
+        assert!(replay
+            .write_body(Bytes::from_static(b"x"), true)
+            .await
+            .is_err());
+        assert!(replay.read_body_or_idle(false).await.is_err());
+        assert!(replay.finish().await.is_err());
+        assert_eq!(replay.body_bytes_sent(), 0);
+        assert!(replay.client_addr().is_none());
     }
 }
