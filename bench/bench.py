@@ -449,7 +449,7 @@ def report(r):
     for conns in (1, 64):
         m, l = p6["modern"][conns], p6["legacy"][conns]
         out.append(f"| P6 legacy (token) / modern, {conns} conn | – | p50 {l['p50'] / m['p50']:.3f}×, "
-                   f"throughput {m['rps'] / l['rps']:.3f}× | {dash} | – |")
+                   f"throughput {l['rps'] / m['rps']:.3f}× | {dash} | – |")
     if "ts" in r:
         t = r["ts"]
         out.append(f"| TS SDK server, 16 conn (req/s) | {t['direct']['rps']:.0f} | "
