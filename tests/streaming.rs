@@ -265,3 +265,41 @@ async fn a_slow_first_byte_is_waited_for_up_to_the_read_timeout() {
         "impatient edge",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_in_any_letter_case_gets_the_stream_idle_bound() {
+    // A media type is case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` is an event
+    // stream, whose silences are bounded by `stream_idle_ms` (a day), not by the 300 ms
+    // `upstream_read_ms` that bounds gaps inside an ordinary answer.
+    let first = frame(
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+    );
+    let last = frame(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#);
+    let mock = Mock::start(Behavior::SseTyped {
+        content_type: "Text/Event-Stream",
+        frames: vec![
+            (Pace::Now, first.clone()),
+            (Pace::After(Duration::from_millis(1500)), last.clone()),
+        ],
+        hold: Duration::from_millis(10),
+    })
+    .await;
+    let edge = start_edge(&format!(
+        "[timeouts]\nupstream_read_ms = 300\n\n{}",
+        pool_and_route(&[mock.addr], "")
+    ));
+    let resp = modern_request(
+        &client(),
+        &edge.url(),
+        &modern_body(json!(1), "tools/call", json!({"name":"slow"})),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = tokio::time::timeout(PATIENCE, resp.text())
+        .await
+        .expect("the stream ended")
+        .expect("the stream was cut during a silence");
+    assert_eq!(body, format!("{first}{last}"));
+}

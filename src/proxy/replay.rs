@@ -260,10 +260,12 @@ fn silence_error(allowed_for: &str) -> Box<Error> {
     e
 }
 
+/// A media type is case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` is one too.
 fn is_event_stream(resp: &ResponseHeader) -> bool {
     resp.headers
         .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+        .and_then(|v| v.as_bytes().get(..17))
+        .is_some_and(|t| t.eq_ignore_ascii_case(b"text/event-stream"))
 }
 
 type MessageReader = Box<dyn Stream<Item = Result<Bytes>> + Unpin + Send + Sync + 'static>;

@@ -39,6 +39,12 @@ pub enum Behavior {
         frames: Vec<(Pace, String)>,
         hold: Duration,
     },
+    /// Like `Sse`, with this `Content-Type` (a media type in another case, say).
+    SseTyped {
+        content_type: &'static str,
+        frames: Vec<(Pace, String)>,
+        hold: Duration,
+    },
     /// Answer with this status and body verbatim (an upstream error, say).
     Status(u16, String),
     /// Read the request, never answer.
@@ -269,34 +275,18 @@ async fn serve(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 stream.write_all(resp.as_bytes()).await?;
             }
             Behavior::Sse { frames, hold } => {
-                stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
-                    .await?;
-                for (pace, frame) in frames {
-                    match pace {
-                        Pace::Now => {}
-                        Pace::After(delay) => tokio::time::sleep(*delay).await,
-                        Pace::OnRelease => match shared.released.acquire().await {
-                            Ok(permit) => permit.forget(),
-                            Err(_) => return Ok(()),
-                        },
-                    }
-                    let chunk = format!("{:x}\r\n{frame}\r\n", frame.len());
-                    if stream.write_all(chunk.as_bytes()).await.is_err() {
-                        let _ = shared.events.send((Event::Disconnected, Instant::now()));
-                        return Ok(());
-                    }
+                if !sse(stream, shared, "text/event-stream", frames, *hold).await? {
+                    return Ok(());
                 }
-                // Hold the stream; a read returning 0 (or an error) means the edge closed it.
-                let mut buf = [0u8; 64];
-                match tokio::time::timeout(*hold, stream.read(&mut buf)).await {
-                    Ok(Ok(0)) | Ok(Err(_)) => {
-                        let _ = shared.events.send((Event::Disconnected, Instant::now()));
-                        return Ok(());
-                    }
-                    _ => {}
+            }
+            Behavior::SseTyped {
+                content_type,
+                frames,
+                hold,
+            } => {
+                if !sse(stream, shared, content_type, frames, *hold).await? {
+                    return Ok(());
                 }
-                stream.write_all(b"0\r\n\r\n").await?;
             }
             Behavior::Status(status, text) => {
                 let resp = format!(
@@ -439,4 +429,43 @@ pub fn hex(bytes: &[u8]) -> String {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
+}
+
+/// An SSE answer: each frame at its pace, then the stream held for `hold` (or until the
+/// client goes away), then its end. False when the client went away.
+async fn sse(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    content_type: &str,
+    frames: &[(Pace, String)],
+    hold: Duration,
+) -> std::io::Result<bool> {
+    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    for (pace, frame) in frames {
+        match pace {
+            Pace::Now => {}
+            Pace::After(delay) => tokio::time::sleep(*delay).await,
+            Pace::OnRelease => match shared.released.acquire().await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return Ok(false),
+            },
+        }
+        let chunk = format!("{:x}\r\n{frame}\r\n", frame.len());
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            let _ = shared.events.send((Event::Disconnected, Instant::now()));
+            return Ok(false);
+        }
+    }
+    // Hold the stream; a read returning 0 (or an error) means the edge closed it.
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(hold, stream.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => {
+            let _ = shared.events.send((Event::Disconnected, Instant::now()));
+            return Ok(false);
+        }
+        _ => {}
+    }
+    stream.write_all(b"0\r\n\r\n").await?;
+    Ok(true)
 }
