@@ -1,28 +1,24 @@
 //! Errors the edge raises itself, and the one place that turns them into a response.
 //!
 //! Upstream errors never pass through here: they reach the client byte for byte. Every
-//! variant names a condition, carries the JSON-RPC id of the request when the edge could read
-//! it, and maps to exactly one HTTP status, JSON-RPC code and `x-mcp-edge-error` kind.
+//! variant names a condition and maps to exactly one HTTP status, JSON-RPC code, message,
+//! set of headers and `x-mcp-edge-error` kind; a [`Rejection`] adds the JSON-RPC id of the
+//! request it answers, when the edge could read one. Three writers put them on the wire, all
+//! through [`EdgeError::body`] and [`EdgeError::headers`]: the proxy's error boundary
+//! (`proxy/respond.rs`), the responder that runs before Pingora has the connection
+//! (`net/connections.rs`), and a stdio pool's server (`stdio/server.rs`).
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use strum::{EnumIter, IntoStaticStr};
 
+use crate::mcp::jsonrpc;
+
 /// Response header that marks a response the edge produced (not the upstream).
 pub const ERROR_HEADER: &str = "x-mcp-edge-error";
 
-/// JSON-RPC error codes used by the edge (MCP 2026-07-28 numbering).
-pub mod code {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL: i64 = -32603;
-    pub const SERVER_ERROR: i64 = -32000;
-    /// "Session not found", as the TypeScript SDK answers it.
-    pub const SESSION_NOT_FOUND: i64 = -32001;
-    pub const HEADER_MISMATCH: i64 = -32020;
-    pub const UNSUPPORTED_VERSION: i64 = -32022;
-}
+/// JSON-RPC error codes (defined with the JSON-RPC writer, [`crate::mcp::jsonrpc`]).
+pub use crate::mcp::jsonrpc::code;
 
 /// The routing headers the 2026-07-28 rules compare with the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, EnumIter)]
@@ -104,6 +100,9 @@ pub enum ErrorKind {
     TaskUnknown,
     Unauthorized,
     RateLimited,
+    StdioBusy,
+    StdioUnavailable,
+    StdioProcessExited,
 }
 
 impl ErrorKind {
@@ -211,6 +210,13 @@ pub enum EdgeError {
     RateLimited { retry_after: u64 },
     /// A batch on a route with a policy (its calls could not each be checked).
     BatchRefused,
+    /// A stdio server does not read its input (its queue is full): nothing was sent to it.
+    StdioBusy,
+    /// A stdio pool has no process for the request (starting, failing to start, at
+    /// `max_processes`): nothing was sent. `detail` is the whole message.
+    StdioUnavailable { detail: String },
+    /// The stdio server's process ended before it answered: the request may have run.
+    StdioExited,
 }
 
 impl EdgeError {
@@ -251,6 +257,9 @@ impl EdgeError {
             EdgeError::Unauthorized { .. } => ErrorKind::Unauthorized,
             EdgeError::RateLimited { .. } => ErrorKind::RateLimited,
             EdgeError::BatchRefused => ErrorKind::InvalidRequest,
+            EdgeError::StdioBusy => ErrorKind::StdioBusy,
+            EdgeError::StdioUnavailable { .. } => ErrorKind::StdioUnavailable,
+            EdgeError::StdioExited => ErrorKind::StdioProcessExited,
         }
     }
 
@@ -276,7 +285,11 @@ impl EdgeError {
             EdgeError::HeadersTooLarge { .. } => 431,
             EdgeError::ConnectFailed { .. } | EdgeError::UpstreamError { .. } => 502,
             EdgeError::UpstreamTimeout { .. } => 504,
-            EdgeError::NoHealthyMember { .. } | EdgeError::Overloaded { .. } => 503,
+            EdgeError::NoHealthyMember { .. }
+            | EdgeError::Overloaded { .. }
+            | EdgeError::StdioBusy
+            | EdgeError::StdioUnavailable { .. } => 503,
+            EdgeError::StdioExited => 502,
             EdgeError::HostRejected { .. } => 403,
             EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
@@ -306,7 +319,10 @@ impl EdgeError {
             | EdgeError::NoHealthyMember { .. }
             | EdgeError::Internal { .. }
             | EdgeError::UpstreamTimeout { .. }
-            | EdgeError::UpstreamError { .. } => code::INTERNAL,
+            | EdgeError::UpstreamError { .. }
+            | EdgeError::StdioBusy
+            | EdgeError::StdioUnavailable { .. }
+            | EdgeError::StdioExited => code::INTERNAL,
             EdgeError::OriginRejected { .. }
             | EdgeError::HostRejected { .. }
             | EdgeError::Overloaded { .. }
@@ -383,6 +399,14 @@ impl EdgeError {
             EdgeError::BatchRefused => {
                 "Invalid Request: batches are not accepted on this route (its policy checks each call)".to_string()
             }
+            EdgeError::StdioBusy => {
+                "mcp-edge: the stdio server is not reading its input; try again later".to_string()
+            }
+            EdgeError::StdioUnavailable { detail } if detail.is_empty() => {
+                "mcp-edge: the stdio pool has no process for the request; try again later".to_string()
+            }
+            EdgeError::StdioUnavailable { detail } => detail.clone(),
+            EdgeError::StdioExited => STDIO_EXITED.to_string(),
         }
     }
 
@@ -407,17 +431,53 @@ impl EdgeError {
     /// read one (or, for Origin rejections, deliberately: the spec's example carries no id).
     pub fn body(&self, id: Option<&Value>) -> Bytes {
         let id = match self {
-            EdgeError::OriginRejected { .. } => Value::Null,
-            _ => id.cloned().unwrap_or(Value::Null),
+            EdgeError::OriginRejected { .. } => None,
+            _ => id,
         };
-        let mut error = json!({ "code": self.code(), "message": self.message() });
-        if let Some(data) = self.data() {
-            error["data"] = data;
+        self.body_with_id_text(&jsonrpc::id_text(id))
+    }
+
+    /// [`EdgeError::body`] with the id as JSON text (as a stdio server has it).
+    pub fn body_with_id_text(&self, id: &str) -> Bytes {
+        let id = match self {
+            EdgeError::OriginRejected { .. } => "null",
+            _ => id,
+        };
+        let data = self.data().map(|d| d.to_string());
+        Bytes::from(jsonrpc::error(
+            id,
+            self.code(),
+            &self.message(),
+            data.as_deref(),
+        ))
+    }
+
+    /// The response headers of this error besides its framing (`Content-Type`,
+    /// `Content-Length`): the marker, and `Allow`, `Retry-After` or `WWW-Authenticate`
+    /// where the condition has one. Every writer of an edge error sets exactly these.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = vec![(ERROR_HEADER, self.kind().as_str().to_string())];
+        match self {
+            EdgeError::MethodNotAllowed { allow, .. } => headers.push(("allow", allow.to_string())),
+            // Load or a start that passes: a client may try again shortly.
+            EdgeError::Overloaded { .. }
+            | EdgeError::StdioBusy
+            | EdgeError::StdioUnavailable { .. } => headers.push(("retry-after", "1".into())),
+            EdgeError::RateLimited { retry_after } => {
+                headers.push(("retry-after", retry_after.to_string()))
+            }
+            EdgeError::Unauthorized { challenge, .. } => {
+                headers.push(("www-authenticate", challenge.clone()))
+            }
+            _ => {}
         }
-        let body = json!({ "jsonrpc": "2.0", "id": id, "error": error });
-        Bytes::from(body.to_string())
+        headers
     }
 }
+
+/// What a client hears when a stdio server's process ended before answering it.
+pub const STDIO_EXITED: &str =
+    "mcp-edge: the stdio server process ended before answering; the request may have run";
 
 impl std::fmt::Display for EdgeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -5,26 +5,18 @@
 //! reloading; [`EdgeHandle`] runs one in the background of the current process (tests).
 #![forbid(unsafe_code)]
 
-pub mod access_log;
-pub mod admin;
-pub mod budget;
 pub mod config;
-pub mod connections;
 pub mod error;
 pub mod identity;
-pub mod maintenance;
 pub mod mcp;
 pub mod metrics;
+pub mod net;
+pub mod ops;
 pub mod proxy;
-pub mod reload;
-pub mod rewind;
 pub mod routing;
 pub mod runtime;
 pub mod session;
-pub mod shutdown;
-pub mod sse;
 pub mod stdio;
-pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,7 +33,9 @@ use pingora::services::listening::Service;
 use tokio::sync::watch;
 
 use config::{Config, Startup};
-use reload::{ReloadService, Reloader};
+use net::{budget, connections};
+use ops::reload::{ReloadService, Reloader};
+use ops::{access_log, admin, maintenance, reload, shutdown};
 use runtime::Runtime;
 
 /// What [`build_server`] needs besides the configuration.

@@ -192,7 +192,7 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
         pool: edge.pool.clone(),
         member: mock.addr.to_string(),
         upstream_id: "s".into(),
-        issued_at: mcp_edge::session::affinity::now_secs(),
+        issued_at: mcp_edge::session::token::now_secs(),
         credential: None,
     };
     let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();

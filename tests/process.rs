@@ -168,7 +168,7 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
             pool: "main".into(),
             member: mock.addr.to_string(),
             upstream_id: upstream_sid.into(),
-            issued_at: mcp_edge::session::affinity::now_secs(),
+            issued_at: mcp_edge::session::token::now_secs(),
             credential: mcp_edge::session::credential_digest(Some(secret.as_bytes())),
         },
     )

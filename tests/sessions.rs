@@ -57,7 +57,7 @@ async fn legacy_post(
 /// client): it opens with the test key ring and names the edge's pool.
 fn assert_sealed(edge: &Edge, token: &str) {
     let ring = mcp_edge::session::KeyRing::parse(&format!("1:{KEY_A}")).unwrap();
-    let now = mcp_edge::session::affinity::now_secs();
+    let now = mcp_edge::session::token::now_secs();
     let claims = mcp_edge::session::token::open(&ring, token, now, 3600)
         .unwrap_or_else(|e| panic!("not a token the edge sealed ({e:?}): {token}"));
     assert_eq!(claims.pool, edge.pool, "{token}");

@@ -12,7 +12,7 @@ use mcp_edge::session::{credential_digest, KeyRing};
 use serde_json::json;
 
 fn now() -> u64 {
-    mcp_edge::session::affinity::now_secs()
+    mcp_edge::session::token::now_secs()
 }
 
 fn claims(edge: &Edge, member: &str) -> Claims {

@@ -144,7 +144,7 @@ async fn a_session_member_that_refuses_connections_has_lost_the_session() {
         pool: edge.pool.clone(),
         member: dead.addr.to_string(),
         upstream_id: "up-1".into(),
-        issued_at: mcp_edge::session::affinity::now_secs(),
+        issued_at: mcp_edge::session::token::now_secs(),
         credential: None,
     };
     let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();

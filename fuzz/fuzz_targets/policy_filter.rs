@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_edge::identity::policy::{self, Filtered, Policy, Rule};
-use mcp_edge::proxy::rewrite::{ListFilter, Rewrite};
+use mcp_edge::identity::policy::{self, Policy, Rule};
+use mcp_edge::mcp::lists::{self, Filtered, ListFilter};
+use mcp_edge::mcp::rewrite::Rewrite;
 use wildmatch::WildMatch;
 
 fn grant() -> policy::Grant {
@@ -30,19 +31,13 @@ fn grant() -> policy::Grant {
 }
 
 fn rewritten(input: &[u8], step: usize, sse: bool, answering: bool) -> Vec<u8> {
-    let content_type: &[u8] = if sse {
-        b"text/event-stream"
-    } else {
-        b"application/json"
-    };
     let filter = ListFilter {
-        grant: grant(),
+        shown: grant(),
         answering: answering.then(|| serde_json::json!(1)),
-        hidden: 0,
+        on_hidden: None,
     };
-    let Some(mut rewrite) = Rewrite::new(Some(content_type), None, Some(filter)) else {
-        return Vec::new();
-    };
+    let mut rewrite = Rewrite::new(sse);
+    rewrite.push(Box::new(filter));
     let mut out = Vec::new();
     for chunk in input.chunks(step) {
         out.extend_from_slice(&rewrite.feed(chunk));
@@ -57,11 +52,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let step = (step as usize % 13) + 1;
     let g = grant();
-    if let Filtered::Changed(out, _) = policy::filter_list(input, &g) {
+    if let Filtered::Changed(out, _) = lists::filter_list(input, &g) {
         if serde_json::from_slice::<serde_json::Value>(input).is_ok() {
             serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
         }
-        assert_eq!(policy::filter_list(&out, &g), Filtered::Unchanged, "idempotent");
+        assert_eq!(lists::filter_list(&out, &g), Filtered::Unchanged, "idempotent");
     }
     for sse in [false, true] {
         for answering in [false, true] {
@@ -70,12 +65,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for method in ["tools/call", "resources/read", "completion/complete"] {
-        if let Some(out) = policy::disguise(input, method) {
+        if let Some(out) = lists::disguise(input, method) {
             if serde_json::from_slice::<serde_json::Value>(input).is_ok() {
                 serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
             }
         }
     }
-    let _ = policy::restore_hidden(input);
-    let _ = policy::filter_subscriptions(input, &g);
+    let _ = lists::restore_hidden(input);
+    let _ = lists::filter_subscriptions(input, &g);
 });

@@ -5,15 +5,15 @@
 //!   line of the first endpoint event whose URL the rewrite accepted becomes `data: <new URL>`.
 //!   So every byte before that line, the rest of that event and every later event are
 //!   untouched (stronger than "bytes after the first rewritten event are untouched", and what
-//!   src/sse.rs promises). The rewrite is asked nothing more once it has accepted a URL.
+//!   src/mcp/sse.rs promises). The rewrite is asked nothing more once it has accepted a URL.
 //! - Where the stream is split does not change the output, for streams within the rewriter's
 //!   scan limit (past it, how far the scan got depends on the chunking, by design).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_edge::sse::{rewrite_endpoint_url, EndpointRewriter};
+use mcp_edge::mcp::sse::{rewrite_endpoint_url, EndpointRewriter};
 
-/// `MAX_SCAN_BYTES` in src/sse.rs: a stream no longer than this is never given up on.
+/// `MAX_SCAN_BYTES` in src/mcp/sse.rs: a stream no longer than this is never given up on.
 const SCAN_LIMIT: usize = 64 * 1024;
 
 /// A rewrite call: the endpoint URL the rewriter passed and what the rewrite returned.

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_edge::stdio::era::{mark_modern, strip_envelope};
-use mcp_edge::stdio::wire::{numbered, Message};
+use mcp_edge::mcp::era::{mark_modern, strip_envelope};
+use mcp_edge::mcp::message::{numbered, Message};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
@@ -28,11 +28,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if !json {
-        let _ = strip_envelope(text, &msg);
+        let _ = strip_envelope(text, msg.param("_meta"));
         let _ = mark_modern(text.to_string(), true);
         return;
     }
-    let stripped = strip_envelope(text, &msg);
+    let stripped = strip_envelope(text, msg.param("_meta"));
     if let Ok(v) = serde_json::from_str::<Value>(&stripped) {
         let meta = &v["params"]["_meta"];
         if let Some(m) = meta.as_object() {

@@ -3,9 +3,17 @@
 //! (`#[serde(default)]`, `NonZero*`), so [`super`] only checks what types cannot say.
 
 use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+use std::num::{NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
+
+mod identity;
+mod pools;
+mod routes;
+
+pub use identity::{IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection};
+pub use pools::{CheckName, HealthSection, PoolSection, PoolTlsSection};
+pub use routes::{PassthroughSection, RouteSection};
 
 /// Defaults, in one place (the README's config reference lists the same values).
 pub mod defaults {
@@ -147,105 +155,6 @@ pub struct File {
     pub identity: Option<IdentitySection>,
 }
 
-/// `[identity]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdentitySection {
-    pub jwt: Option<JwtSection>,
-    /// TOML file of hashed API keys (a mounted Secret).
-    pub api_keys_file: Option<String>,
-    /// Where 401s point clients (RFC 9728); default:
-    /// `{scheme}://{Host}/.well-known/oauth-protected-resource{route path}`.
-    pub resource_metadata: Option<String>,
-    /// `scheme://host[:port]` clients reach the edge at (TLS ended in front of it); default:
-    /// the listener's scheme and the request's Host.
-    pub resource_origin: Option<String>,
-    /// Serve the Protected Resource Metadata document naming these authorization servers.
-    #[serde(default)]
-    pub authorization_servers: Vec<String>,
-    #[serde(default)]
-    pub scopes: Vec<String>,
-    #[serde(default = "max_token_bytes")]
-    pub max_token_bytes: NonZeroUsize,
-}
-
-fn max_token_bytes() -> NonZeroUsize {
-    defaults::MAX_TOKEN_BYTES
-}
-
-/// `[identity.jwt]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JwtSection {
-    pub issuer: String,
-    /// Accepted `aud` values (one must be in the token's).
-    pub audience: Vec<String>,
-    pub jwks_file: Option<String>,
-    pub jwks_url: Option<String>,
-    /// PEM CA bundle trusted for `jwks_url` besides the system roots.
-    pub jwks_ca_file: Option<String>,
-    #[serde(default = "jwks_refresh")]
-    pub jwks_refresh_seconds: NonZeroU64,
-    #[serde(default = "jwks_timeout")]
-    pub jwks_timeout_ms: NonZeroU64,
-    #[serde(default = "jwt_algorithms")]
-    pub algorithms: Vec<String>,
-    #[serde(default = "leeway")]
-    pub leeway_seconds: u64,
-    /// The claim naming the caller's tenant.
-    pub tenant_claim: Option<String>,
-    /// The claim listing the caller's groups (an array, or a space-separated string).
-    pub groups_claim: Option<String>,
-}
-
-fn jwks_refresh() -> NonZeroU64 {
-    defaults::JWKS_REFRESH_SECONDS
-}
-fn jwks_timeout() -> NonZeroU64 {
-    defaults::JWKS_TIMEOUT_MS
-}
-fn jwt_algorithms() -> Vec<String> {
-    ["RS256", "ES256", "EdDSA"].map(String::from).to_vec()
-}
-fn leeway() -> u64 {
-    defaults::JWT_LEEWAY_SECONDS
-}
-
-/// `[[routes.policy]]`: one rule.
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyRuleSection {
-    pub name: Option<String>,
-    #[serde(default)]
-    pub subjects: Vec<String>,
-    #[serde(default)]
-    pub tenants: Vec<String>,
-    #[serde(default)]
-    pub groups: Vec<String>,
-    /// Tool names; `*` and `?` are wildcards.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    #[serde(default)]
-    pub prompts: Vec<String>,
-    /// Resource URI prefixes.
-    #[serde(default)]
-    pub resources: Vec<String>,
-}
-
-/// `[routes.rate_limit]`.
-#[derive(Debug, Deserialize, Clone, Copy)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitSection {
-    pub requests_per_second: NonZeroU32,
-    /// Default: `requests_per_second`.
-    pub burst: Option<NonZeroU32>,
-    /// Each tool a caller calls: at most this many `tools/call` per second (within the
-    /// caller's own rate).
-    pub per_tool_requests_per_second: Option<NonZeroU32>,
-    /// Default: `per_tool_requests_per_second`.
-    pub per_tool_burst: Option<NonZeroU32>,
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
@@ -299,47 +208,6 @@ fn tls_watch() -> u64 {
 pub struct CertificateSection {
     pub cert: String,
     pub key: String,
-}
-
-/// `[pools.tls]`: the members speak HTTPS.
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct PoolTlsSection {
-    /// The name sent as SNI and checked against the members' certificates; default: the
-    /// host of `dns`, else each member's IP.
-    pub sni: Option<String>,
-    /// Verify the certificate chain and the name (default true).
-    #[serde(default = "yes")]
-    pub verify: bool,
-    /// PEM CA bundle to trust instead of the system roots.
-    pub ca_file: Option<String>,
-    /// Client certificate chain and key for mutual TLS.
-    pub client_cert: Option<String>,
-    pub client_key: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// `[[passthrough]]`: requests to `path` (or any path under `path_prefix`) go to the pool as
-/// they are, without MCP checks.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PassthroughSection {
-    pub path: Option<String>,
-    pub path_prefix: Option<String>,
-    pub pool: String,
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    #[serde(default)]
-    pub allowed_hosts: Vec<String>,
-    #[serde(default = "cors_max_age")]
-    pub cors_max_age_seconds: u64,
-}
-
-fn cors_max_age() -> u64 {
-    defaults::CORS_MAX_AGE_SECONDS
 }
 
 /// `[forwarding]`: what the edge tells upstreams about the client.
@@ -464,148 +332,4 @@ impl Default for SessionsSection {
             bind_credential: defaults::BIND_CREDENTIAL,
         }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolSection {
-    pub name: String,
-    /// Static `IP:port` members.
-    #[serde(default)]
-    pub members: Vec<String>,
-    /// `host:port` re-resolved on an interval (instead of `members`).
-    pub dns: Option<String>,
-    #[serde(default = "dns_interval")]
-    pub dns_interval_ms: NonZeroU64,
-    #[serde(default)]
-    pub health: HealthSection,
-    /// The `Host` sent to members (a remote server's own name); default: the client's.
-    pub host: Option<String>,
-    pub tls: Option<PoolTlsSection>,
-    /// A stdio server the edge runs (instead of `members` or `dns`): program and arguments.
-    pub command: Option<Vec<String>>,
-    /// Environment for `command`: these, plus a few of the edge's own
-    /// ([`crate::stdio::process::PASSED_ENV`]); nothing else of the edge's.
-    #[serde(default)]
-    pub env: std::collections::BTreeMap<String, String>,
-    /// Working directory for `command`; default: the edge's.
-    pub cwd: Option<std::path::PathBuf>,
-    /// Shared processes (`isolation = "shared"`, and `per_session`'s 2026-07-28 traffic).
-    #[serde(default = "processes")]
-    pub processes: NonZeroU32,
-    #[serde(default)]
-    pub isolation: crate::stdio::Isolation,
-    /// On-demand processes (`per_session`, `per_principal`) at most.
-    #[serde(default = "max_processes")]
-    pub max_processes: NonZeroU32,
-    /// An on-demand process or legacy session unused this long is stopped (forgotten).
-    #[serde(default = "idle_ms")]
-    pub idle_ms: NonZeroU64,
-    /// Start to the `initialize` answer.
-    #[serde(default = "start_timeout_ms")]
-    pub start_timeout_ms: NonZeroU64,
-    /// SIGTERM to SIGKILL when stopping a process.
-    #[serde(default = "stop_grace_ms")]
-    pub stop_grace_ms: NonZeroU64,
-}
-
-fn processes() -> NonZeroU32 {
-    defaults::STDIO_PROCESSES
-}
-fn max_processes() -> NonZeroU32 {
-    defaults::STDIO_MAX_PROCESSES
-}
-fn idle_ms() -> NonZeroU64 {
-    defaults::STDIO_IDLE_MS
-}
-fn start_timeout_ms() -> NonZeroU64 {
-    defaults::STDIO_START_TIMEOUT_MS
-}
-fn stop_grace_ms() -> NonZeroU64 {
-    defaults::STDIO_STOP_GRACE_MS
-}
-
-fn dns_interval() -> NonZeroU64 {
-    defaults::DNS_INTERVAL_MS
-}
-
-/// `[pools.health] check`.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckName {
-    #[default]
-    Tcp,
-    /// A 2026-07-28 `server/discover` POST (and, once per server, a legacy `initialize`):
-    /// health and the revisions the member speaks.
-    Mcp,
-    None,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HealthSection {
-    pub check: CheckName,
-    /// Path for the `mcp` probe; default: the first route's path using this pool.
-    pub path: Option<String>,
-    pub interval_ms: NonZeroU64,
-    pub timeout_ms: NonZeroU64,
-    pub unhealthy_after: NonZeroU32,
-    pub healthy_after: NonZeroU32,
-    pub eject_ms: NonZeroU64,
-}
-
-impl Default for HealthSection {
-    fn default() -> Self {
-        HealthSection {
-            check: CheckName::default(),
-            path: None,
-            interval_ms: defaults::HEALTH_INTERVAL_MS,
-            timeout_ms: defaults::HEALTH_TIMEOUT_MS,
-            unhealthy_after: defaults::UNHEALTHY_AFTER,
-            healthy_after: defaults::HEALTHY_AFTER,
-            eject_ms: defaults::EJECT_MS,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteSection {
-    pub path: String,
-    pub pool: String,
-    /// Public path prefix, stripped before forwarding (and put back in HTTP+SSE endpoints).
-    #[serde(default)]
-    pub prefix: String,
-    /// Legacy HTTP+SSE: the upstream's GET stream path and its POST messages path.
-    pub sse_path: Option<String>,
-    pub messages_path: Option<String>,
-    #[serde(default = "defaults::session_params")]
-    pub session_params: Vec<String>,
-    /// `"auto"` (the default: every revision mcp-edge knows) or a list; either way narrowed
-    /// to what the pool's members say they speak.
-    #[serde(default)]
-    pub versions: Versions,
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    /// Host header allowlist (DNS-rebinding defence): `host` or `host:port`; empty allows any.
-    #[serde(default)]
-    pub allowed_hosts: Vec<String>,
-    /// How long browsers may cache the edge's answer to a CORS preflight.
-    #[serde(default = "cors_max_age")]
-    pub cors_max_age_seconds: u64,
-    /// Serve legacy (2025) Streamable HTTP clients from 2026-07-28 members: the edge answers
-    /// `initialize` and turns every later request into a stateless one.
-    #[serde(default)]
-    pub bridge_legacy: bool,
-    /// `none` (default), `optional` or `required`: see `[identity]`.
-    #[serde(default)]
-    pub auth: crate::identity::AuthMode,
-    /// Pass the client's `Authorization` to the server; default: only when `auth = "none"`.
-    pub forward_credential: Option<bool>,
-    /// Rules, first match decides (see the README).
-    #[serde(default)]
-    pub policy: Vec<PolicyRuleSection>,
-    #[serde(default)]
-    pub absent_as: crate::identity::policy::AbsentAs,
-    pub rate_limit: Option<RateLimitSection>,
 }

@@ -252,6 +252,7 @@ impl Jwks {
             Ok(keys) => {
                 log::info!("jwks_url {url}: {} usable keys", keys.keys.len());
                 crate::metrics::get()
+                    .access
                     .jwks_fetches
                     .with_label_values(&["success"])
                     .inc();
@@ -260,6 +261,7 @@ impl Jwks {
             Err(e) => {
                 log::warn!("jwks_url {url}: {e} (keeping the keys there were)");
                 crate::metrics::get()
+                    .access
                     .jwks_fetches
                     .with_label_values(&["failure"])
                     .inc();

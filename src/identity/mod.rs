@@ -97,7 +97,7 @@ pub struct Access {
     /// Pass the client's `Authorization` upstream.
     pub forward_credential: bool,
     pub policy: Option<policy::Policy>,
-    pub absent_as: policy::AbsentAs,
+    pub absent_as: crate::mcp::lists::AbsentAs,
     pub rate: Option<rate::Limiter>,
 }
 

@@ -5,11 +5,24 @@
 //! - [`rules`]: era classification and the 2026-07-28 header/body rules.
 //! - [`origin`]: the `Origin` allowlist.
 
+pub mod era;
 pub mod headers;
+pub mod json;
+pub mod jsonrpc;
+pub mod lists;
+pub mod media;
+pub mod message;
 pub mod origin;
 pub mod peek;
+pub mod query;
+pub mod rewrite;
 pub mod rules;
+pub mod sse;
+pub mod target;
 pub mod task_ids;
+pub mod versions;
+
+use strum::{EnumIter, IntoStaticStr};
 
 /// The modern revision: stateless, every request self-contained.
 pub const MODERN_VERSION: &str = "2026-07-28";
@@ -24,6 +37,16 @@ pub fn revisions() -> impl Iterator<Item = &'static str> {
 
 pub fn is_legacy_version(v: &str) -> bool {
     LEGACY_VERSIONS.contains(&v)
+}
+
+/// The `era` label: which protocol generation a request belongs to (`unknown` before the
+/// edge could tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum EraLabel {
+    Modern,
+    Legacy,
+    Unknown,
 }
 
 /// MCP methods a metric may be labelled with; anything else is `other`, so a client cannot

@@ -9,9 +9,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::json::other_arms;
 
 /// Longest id (as JSON text) the edge keeps to echo in its own error answers; a longer one is
 /// answered with `id: null`.
@@ -85,24 +87,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
             fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
                 Ok(Field::Str(Cow::Owned(v)))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(Field::Other)
-            }
+            other_arms!(@scalars Field::Other);
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Field::Other)
@@ -172,27 +157,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientParams<'a> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(LenientParams(Params::default()))
             }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(LenientParams(Params::default()))
-            }
+            other_arms!(LenientParams(Params::default()));
         }
         d.deserialize_any(V)
     }
@@ -229,27 +194,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Reference<'a> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Reference(None))
             }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Reference(None))
-            }
+            other_arms!(Reference(None));
         }
         d.deserialize_any(V)
     }
@@ -297,24 +242,7 @@ impl<'de, const DEPTH: u8> Deserialize<'de> for Holds<DEPTH> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Holds(false))
             }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Holds(false))
-            }
+            other_arms!(Holds(false));
         }
         d.deserialize_any(V::<DEPTH>)
     }
@@ -346,24 +274,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetaClaim<'a> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(MetaClaim(None, false))
             }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(MetaClaim(None, false))
-            }
+            other_arms!(MetaClaim(None, false));
         }
         d.deserialize_any(V)
     }
@@ -451,24 +362,7 @@ impl<'de> Visitor<'de> for MessageVisitor {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Message::not_an_object())
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Message::not_an_object())
-    }
+    other_arms!(Message::not_an_object());
 }
 
 /// A whole body: one message or a batch.

@@ -6,18 +6,14 @@
 //! against the body. A body without a claim is legacy unless its `MCP-Protocol-Version`
 //! header names a non-legacy revision, in which case header and body disagree.
 
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use http::HeaderMap;
-
-use crate::identity::policy::{Kind, Target};
-use crate::metrics::EraLabel;
-use crate::routing::Spoken;
 use serde_json::Value;
 
 use super::headers::{self, HeaderProblem};
 use super::peek::{self, Body, Field, Message};
+use super::target::{Kind, Target};
+pub use super::versions::VersionPolicy;
+use super::EraLabel;
 use crate::error::RoutingHeader::{
     self, Method as METHOD, Name as NAME, ProtocolVersion as PROTOCOL_VERSION,
 };
@@ -82,100 +78,6 @@ fn target(method: Option<&str>, m: &Message<'_>) -> Option<Target> {
         kind,
         value: value?,
     })
-}
-
-/// Versions a route accepts: the modern revisions it lists and, when it lists any legacy
-/// revision, legacy traffic; narrowed to what its pool's members say they speak
-/// ([`Spoken`], learned by the `mcp` health check) once they have said it.
-#[derive(Debug, Clone, Default)]
-pub struct VersionPolicy {
-    pub accepted: Vec<String>,
-    /// The pool's view, shared with it; `None` (no pool, or tests) narrows nothing.
-    pub spoken: Option<Arc<ArcSwap<Spoken>>>,
-    /// Legacy clients are bridged: the members' own legacy support does not matter.
-    pub bridged: bool,
-}
-
-impl VersionPolicy {
-    /// A policy that goes by the configured list alone.
-    pub fn new(accepted: Vec<String>) -> Self {
-        VersionPolicy {
-            accepted,
-            spoken: None,
-            bridged: false,
-        }
-    }
-
-    /// The same list, narrowed by what a pool's members speak.
-    pub fn narrowed_by(accepted: Vec<String>, spoken: Arc<ArcSwap<Spoken>>) -> Self {
-        VersionPolicy {
-            accepted,
-            spoken: Some(spoken),
-            bridged: false,
-        }
-    }
-
-    pub fn accepts_modern(&self, v: &str) -> bool {
-        !super::is_legacy_version(v)
-            && self.accepted.iter().any(|a| a == v)
-            && self.members_speak(v)
-    }
-
-    pub fn accepts_legacy(&self) -> bool {
-        self.configured_legacy() && self.members_speak_legacy()
-    }
-
-    /// The configured list names a legacy revision (whatever the members say).
-    pub fn configured_legacy(&self) -> bool {
-        self.accepted.iter().any(|a| super::is_legacy_version(a))
-    }
-
-    fn members_speak(&self, modern: &str) -> bool {
-        let Some(spoken) = &self.spoken else {
-            return true;
-        };
-        match &spoken.load().modern {
-            Some(list) => list.iter().any(|v| v == modern),
-            None => true,
-        }
-    }
-
-    fn members_speak_legacy(&self) -> bool {
-        self.bridged
-            || self
-                .spoken
-                .as_ref()
-                .is_none_or(|s| s.load().legacy != Some(false))
-    }
-
-    /// The revisions this route serves now: what -32022 lists.
-    pub fn supported(&self) -> Vec<String> {
-        let legacy = self.members_speak_legacy();
-        self.accepted
-            .iter()
-            .filter(|v| {
-                if super::is_legacy_version(v) {
-                    legacy
-                } else {
-                    self.members_speak(v)
-                }
-            })
-            .cloned()
-            .collect()
-    }
-
-    fn unsupported(&self, requested: Option<String>) -> EdgeError {
-        EdgeError::UnsupportedVersion {
-            supported: self.supported(),
-            requested,
-        }
-    }
-}
-
-impl PartialEq for VersionPolicy {
-    fn eq(&self, other: &Self) -> bool {
-        self.accepted == other.accepted
-    }
 }
 
 /// Which body field `Mcp-Name` mirrors for a method (spec table; `taskId` from the Tasks

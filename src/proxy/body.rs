@@ -1,230 +1,40 @@
-//! Reading a POST body whole, before the upstream is chosen: `Content-Type` must be JSON,
-//! `Expect: 100-continue` is answered here, and at most `limits.max_body_bytes` are read,
-//! with `timeouts.request_body_ms` as the longest gap between reads and, past that long,
-//! `limits.min_upload_bytes_per_second` as the slowest average. Every byte held is reserved
-//! in the memory budget; an upload that stalls may be closed to make room for others.
+//! A request body read whole (see the method stage, `stages/method.rs`), and the memory it
+//! holds in the budget until the member has it.
 
-use std::sync::Arc;
-use std::task::Poll;
-use std::time::Instant;
+use bytes::Bytes;
 
-use bytes::{Bytes, BytesMut};
-use pingora::http::RequestHeader;
-use pingora::proxy::Session;
-use pingora::ErrorType;
+use crate::net::budget::Reservation;
 
-use super::ctx::Ctx;
-use crate::budget::{Budget, Eviction, Holder, Reservation, Watch};
-use crate::error::EdgeError;
-use crate::runtime::Runtime;
-
-/// A body read whole, and the memory it holds in the budget.
 pub struct Body {
-    pub bytes: Bytes,
-    pub room: Reservation,
+    bytes: Bytes,
+    /// Held as long as the body is (released with it).
+    _room: Reservation,
+    /// A stage changed it (its length is sent as `Content-Length`).
+    rewritten: bool,
 }
 
-const BUDGET_FULL: EdgeError = EdgeError::Overloaded {
-    limit: "memory budget",
-};
-
-pub async fn read(
-    session: &mut Session,
-    ctx: &mut Ctx,
-    budget: &Arc<Budget>,
-) -> Result<Body, EdgeError> {
-    check_content_type(session.req_header())?;
-    start_reading(session, ctx).await?;
-    read_all(session, &ctx.snapshot, budget).await
-}
-
-/// Answer `Expect: 100-continue` (the client waits for it before it sends the body) and
-/// bound the gaps between body reads.
-async fn start_reading(session: &mut Session, ctx: &mut Ctx) -> Result<(), EdgeError> {
-    if expects_continue(session.req_header()) {
-        ctx.answered_continue = true;
-        session
-            .downstream_session
-            .write_continue_response()
-            .await
-            .map_err(|e| EdgeError::ClientError {
-                detail: e.to_string(),
-            })?;
-    }
-    let timeouts = ctx.snapshot.timeouts;
-    session
-        .downstream_session
-        .set_read_timeout(Some(timeouts.request_body));
-    Ok(())
-}
-
-/// A pass-through request's body, whatever its type: read whole within the same limits
-/// (so that it can be sent again after a refused connection), or `None` when it has none.
-pub async fn read_any(
-    session: &mut Session,
-    ctx: &mut Ctx,
-    budget: &Arc<Budget>,
-) -> Result<Option<Body>, EdgeError> {
-    if session.downstream_session.is_body_empty() {
-        return Ok(None);
-    }
-    start_reading(session, ctx).await?;
-    read_all(session, &ctx.snapshot, budget).await.map(Some)
-}
-
-/// A GET, DELETE or OPTIONS that came with a body: read it (within the same limits) and
-/// drop it. It is never forwarded (`upstream_request_filter` drops its framing headers), and
-/// reading it keeps the client connection in step for its next request.
-pub async fn discard(
-    session: &mut Session,
-    ctx: &mut Ctx,
-    budget: &Arc<Budget>,
-) -> Result<(), EdgeError> {
-    if session.downstream_session.is_body_empty() {
-        return Ok(());
-    }
-    start_reading(session, ctx).await?;
-    read_all(session, &ctx.snapshot, budget).await?;
-    Ok(())
-}
-
-/// Read the whole request body, refusing more than `limits.max_body_bytes`.
-async fn read_all(
-    session: &mut Session,
-    snapshot: &Runtime,
-    budget: &Arc<Budget>,
-) -> Result<Body, EdgeError> {
-    let limit = snapshot.limits.max_body_bytes;
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(EdgeError::BodyTooLarge { limit });
-    }
-    let mut room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
-    // Registered as a stalled-upload candidate only once a read has to wait: a body that
-    // came with its head (most do) is read without it. (Candidates are closed oldest first by
-    // registration, so an upload ranks by its first wait.)
-    let mut watch: Option<Watch> = None;
-    let pace = Pace::new(snapshot);
-    let mut buf = BytesMut::new();
-    let mut reserved = 0usize;
-    loop {
-        let read = {
-            let reading = session.downstream_session.read_request_body();
-            tokio::pin!(reading);
-            match futures::poll!(&mut reading) {
-                // Registered and told to close: stop even though the client keeps sending.
-                Poll::Ready(_) if watch.as_ref().is_some_and(Watch::is_evicted) => {
-                    return Err(BUDGET_FULL)
-                }
-                Poll::Ready(r) => r,
-                Poll::Pending => {
-                    let watch = watch.get_or_insert_with(|| budget.watch(Eviction::StalledUpload));
-                    tokio::select! {
-                        r = &mut reading => r,
-                        _ = watch.candidate().evicted() => return Err(BUDGET_FULL),
-                    }
-                }
-            }
-        };
-        match read {
-            Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > limit {
-                    return Err(EdgeError::BodyTooLarge { limit });
-                }
-                // The buffer grows by doubling with what has arrived (never to what the
-                // client only declared: a trickle must not hold 4 MiB); once a quarter of the
-                // declared length is here it takes the rest at once (no last copy of a
-                // half-size buffer). The budget holds what the buffer holds.
-                let needed = buf.len() + chunk.len();
-                if needed > buf.capacity() {
-                    let ceiling = declared.unwrap_or(limit).clamp(needed, limit);
-                    let capacity = match declared {
-                        Some(_) if needed * 4 >= ceiling => ceiling,
-                        _ => needed.max(buf.capacity() * 2).min(ceiling),
-                    };
-                    if capacity > reserved {
-                        if !room.grow(capacity - reserved).await {
-                            return Err(BUDGET_FULL);
-                        }
-                        reserved = capacity;
-                    }
-                    buf.reserve(capacity - buf.len());
-                }
-                if let Some(watch) = &watch {
-                    watch.candidate().progressed();
-                }
-                buf.extend_from_slice(&chunk);
-                pace.check(buf.len())?;
-            }
-            Ok(None) => {
-                return Ok(Body {
-                    bytes: buf.freeze(),
-                    room,
-                })
-            }
-            Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(EdgeError::BodyTimeout),
-            Err(e) => {
-                return Err(EdgeError::ClientError {
-                    detail: e.to_string(),
-                })
-            }
-        }
-    }
-}
-
-/// The slowest an upload may go: after `timeouts.request_body_ms`, it must have averaged
-/// `limits.min_upload_bytes_per_second`.
-struct Pace {
-    started: Instant,
-    grace: std::time::Duration,
-    rate: usize,
-}
-
-impl Pace {
-    fn new(snapshot: &Runtime) -> Pace {
-        Pace {
-            started: Instant::now(),
-            grace: snapshot.timeouts.request_body,
-            rate: snapshot.limits.min_upload_rate,
+impl Body {
+    pub fn new(bytes: Bytes, room: Reservation) -> Body {
+        Body {
+            bytes,
+            _room: room,
+            rewritten: false,
         }
     }
 
-    fn check(&self, received: usize) -> Result<(), EdgeError> {
-        let elapsed = self.started.elapsed();
-        let owed = self.rate as f64 * elapsed.as_secs_f64();
-        if elapsed > self.grace && (received as f64) < owed {
-            return Err(EdgeError::BodyTimeout);
-        }
-        Ok(())
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
     }
-}
 
-fn check_content_type(req: &RequestHeader) -> Result<(), EdgeError> {
-    let ct = req
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .map(|v| v.as_bytes())
-        .unwrap_or(b"");
-    let essence = ct.split(|&c| c == b';').next().unwrap_or(b"");
-    if essence
-        .trim_ascii()
-        .eq_ignore_ascii_case(b"application/json")
-    {
-        Ok(())
-    } else {
-        Err(EdgeError::UnsupportedMediaType {
-            content_type: String::from_utf8_lossy(ct).chars().take(100).collect(),
-        })
+    /// The body a stage made of it (tasks, bridge, policy): every byte but those it owns as
+    /// the client sent it (see `mcp/README.md`).
+    pub fn replace(&mut self, bytes: impl Into<Bytes>) {
+        self.bytes = bytes.into();
+        self.rewritten = true;
     }
-}
 
-fn expects_continue(req: &RequestHeader) -> bool {
-    req.headers
-        .get(http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    /// Its length when a stage changed it.
+    pub fn rewritten_len(&self) -> Option<usize> {
+        self.rewritten.then_some(self.bytes.len())
+    }
 }

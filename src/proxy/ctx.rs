@@ -1,76 +1,54 @@
-//! Per-request state, and what each phase may rely on.
+//! Per-request state: the core every stage reads, and each stage's own part.
 //!
 //! - `snapshot` is taken once, when the request starts, and used to its end: a reload
 //!   mid-request changes nothing for it.
-//! - `admitted` exists only once admission passed every check: the hooks after
-//!   `request_filter` read the route, the request's id and its legacy session from it.
-//! - `labels` is filled in step by step, so a rejected request is still logged and counted
-//!   with what the edge knew when it refused it.
+//! - `request` is what admission learned, step by step; each of its fields is written by
+//!   the one stage its doc names and read by any later one. When the request stages let a
+//!   request through, `request.endpoint` is set: the hooks after `request_filter` read the
+//!   route from it ([`Ctx::endpoint`]).
+//! - `labels` is filled in step by step too, so a rejected request is still logged and
+//!   counted with what the edge knew when it refused it.
+//! - `stages` holds what one stage keeps for itself between its phases; only its own file
+//!   touches it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::limits::Slot;
+use super::body::Body;
 use super::replay::{Handback, Stored};
-use crate::budget::Reservation;
+use super::rewrite::Rewriting;
+use super::stages;
 use crate::error::EdgeError;
-use crate::mcp::{self, rules::Verdict};
-use crate::metrics::EraLabel;
+use crate::identity::Principal;
+use crate::mcp::media::Media;
+use crate::mcp::rules::{Era, Verdict};
+use crate::mcp::{self, EraLabel};
 use crate::routing::Member;
-use crate::runtime::{EndpointKind, Route, Runtime};
-use crate::session::affinity::Sticky;
-use crate::sse::EndpointRewriter;
+use crate::runtime::{Endpoint, Route, Runtime};
 
 /// Pingora keeps the context for the whole exchange, an idle event stream's included: the
-/// parts only some requests use (the endpoint rewriter, the bridge conversion, the task-id
-/// scan, the principal) are boxed, so that the others do not carry their room (952 bytes
-/// unboxed, 576 boxed). The proxy boxes the whole context too (`ProxyHttp::CTX`).
+/// parts only some requests use are boxed, so that the others do not carry their room. The
+/// proxy boxes the whole context too (`ProxyHttp::CTX`).
 pub struct Ctx {
     pub started: Instant,
     pub snapshot: Arc<Runtime>,
-    pub admitted: Option<Admitted>,
+    pub request: Request,
     pub labels: Labels,
     pub upstream: Upstream,
-    /// The HTTP+SSE stream whose `endpoint` event is being rewritten.
-    pub rewriter: Option<Box<EndpointRewriter>>,
-    /// The edge error this request ended with, once the error boundary recorded it.
-    pub error: Option<EdgeError>,
-    /// Where the real client session comes back (see [`super::replay`]).
+    pub response: Response,
+    /// Answers rewritten message by message (see [`super::rewrite`]).
+    pub rewrite: Option<Box<Rewriting>>,
+    /// Where the real client session comes back, and the body until the upstream has it
+    /// (see [`super::replay`]).
     pub handback: Option<Handback>,
-    /// The request body until the upstream has it.
-    pub body: Stored,
-    /// Held for the request's lifetime (released on drop).
-    pub slots: Vec<Slot>,
-    /// A response event stream's memory, when admission did not take a stream slot.
-    pub stream_room: Option<Reservation>,
-    /// The edge answered `Expect: 100-continue` itself.
-    pub answered_continue: bool,
-    /// The response is an event stream (counted in `mcp_edge_active_sse_streams`).
-    pub sse: bool,
-    /// A bridged answer's conversion to the client's revision (see [`super::bridge`]), and
-    /// the memory it may hold.
-    pub convert: Option<Box<super::rewrite::Rewrite>>,
-    pub convert_room: Option<Reservation>,
-    /// The scan swapping task ids in the response (see [`super::tasks`]).
-    pub tasks: Option<Box<(super::tasks::Scan, super::tasks::Sealed)>>,
-    /// The origin this request's responses grant (CORS; see [`super::cors`]).
-    pub cors: Option<http::HeaderValue>,
+    pub stored: Stored,
     /// The edge answered the request itself (a CORS preflight, a bridged legacy message).
     pub answered: bool,
-    /// The listener speaks TLS.
-    pub tls: bool,
-    /// Who calls, on a route with `auth` (see [`crate::identity`]).
-    pub principal: Option<Box<crate::identity::Principal>>,
-    /// What the caller may see, on a route with a policy (list answers are filtered).
-    pub grant: Option<crate::identity::policy::Grant>,
-    /// The id of a list request (`tools/list`, …) on a route with a policy.
-    pub answering_list: Option<Value>,
-    /// A legacy event stream on a route with a policy: its list answers are filtered.
-    pub filter_stream: bool,
-    /// A hidden name was replaced in this request: the answer gets it back.
-    pub restore_hidden: bool,
+    /// The edge error this request ended with, once the error boundary recorded it.
+    pub error: Option<EdgeError>,
+    pub stages: stages::State,
 }
 
 impl Ctx {
@@ -78,101 +56,118 @@ impl Ctx {
         Ctx {
             started: Instant::now(),
             snapshot,
-            admitted: None,
+            request: Request::default(),
             labels: Labels::default(),
             upstream: Upstream::default(),
-            rewriter: None,
-            error: None,
+            response: Response::default(),
+            rewrite: None,
             handback: None,
-            body: Stored::default(),
-            slots: Vec::new(),
-            stream_room: None,
-            answered_continue: false,
-            sse: false,
-            tasks: None,
-            convert: None,
-            convert_room: None,
-            cors: None,
+            stored: Stored::default(),
             answered: false,
-            tls: false,
-            principal: None,
-            grant: None,
-            answering_list: None,
-            filter_stream: false,
-            restore_hidden: false,
+            error: None,
+            stages: stages::State::default(),
         }
+    }
+
+    /// The route, once the route stage found it.
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        self.request.endpoint.as_ref().map(|e| &e.route)
+    }
+
+    /// The endpoint of a request admission let through; an internal error for a hook that
+    /// runs without one (it cannot, after a `request_filter` that proxies).
+    pub fn endpoint(&self) -> pingora::Result<&Endpoint> {
+        self.request.endpoint.as_ref().ok_or_else(|| {
+            pingora::Error::explain(
+                pingora::ErrorType::InternalError,
+                "request was not admitted",
+            )
+        })
     }
 
     /// The JSON-RPC id an edge error answers.
     pub fn request_id(&self) -> Option<&Value> {
-        self.admitted.as_ref().and_then(|a| a.id.as_ref())
+        self.request.message.as_ref().and_then(|m| m.id.as_ref())
+    }
+
+    /// The route's name for metrics and logs (`none` before a route was found).
+    pub fn route_name(&self) -> &str {
+        self.route().map_or("none", |r| r.name.as_str())
     }
 }
 
-/// What admission established about a request it let through.
-pub struct Admitted {
-    pub route: Arc<Route>,
-    pub endpoint: EndpointKind,
-    /// The JSON-RPC id, when the body had one.
-    pub id: Option<Value>,
-    /// Set for legacy (2024/2025) requests only.
-    pub legacy: Option<Legacy>,
-    /// What a modern request has to do with tasks (see [`super::tasks`]).
-    pub task: Option<super::tasks::TaskRole>,
-    /// A bridged legacy request, forwarded as a 2026-07-28 one (see [`super::bridge`]).
-    pub bridge: Option<Box<super::bridge::Forward>>,
-    /// The body was rewritten to this length (a hidden entry renamed, see
-    /// [`super::access::Policed::Disguise`]).
-    pub body_len: Option<usize>,
+/// What admission learned about a request. Each field is written by the stage named.
+#[derive(Default)]
+pub struct Request {
+    /// The endpoint the path names (route).
+    pub endpoint: Option<Endpoint>,
+    /// Who calls, on a route with `auth` (identity).
+    pub principal: Option<Box<Principal>>,
+    /// The body read whole (method), rewritten by tasks, bridge and policy through
+    /// [`Body::replace`]; it moves into the replay session when admission ends.
+    pub body: Option<Body>,
+    /// The protocol generation (rules): `None` for a preflight or a pass-through request.
+    pub era: Option<Era>,
+    /// What a POST's body says (rules).
+    pub message: Option<Box<Verdict>>,
+    /// A legacy request on a `bridge_legacy` route, served as a 2026-07-28 one (rules).
+    pub bridged: bool,
+    /// Where the request must go, when not round-robin (legacy: the session's member;
+    /// tasks: the task's).
+    pub pinned: Option<Pinned>,
 }
 
-/// A legacy request's session state.
-pub struct Legacy {
-    /// Digest of the client's `Authorization`, bound into tokens sealed for it.
-    pub credential: Option<[u8; 16]>,
-    /// The session the request belongs to, from its token.
-    pub session: Option<Sticky>,
-}
-
-impl Admitted {
-    pub fn session(&self) -> Option<&Sticky> {
-        self.legacy.as_ref().and_then(|l| l.session.as_ref())
+impl Request {
+    /// The body's method, for a POST the rules read.
+    pub fn method(&self) -> Option<&str> {
+        self.message.as_ref().and_then(|m| m.method.as_deref())
     }
-    pub fn credential(&self) -> Option<[u8; 16]> {
-        self.legacy.as_ref().and_then(|l| l.credential)
+}
+
+/// A member a request must go to, and why (which decides what its failure means).
+pub struct Pinned {
+    pub member: Arc<Member>,
+    pub holds: Holds,
+}
+
+/// What a pinned member holds for the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// A legacy session: a member that refuses connections has lost it (404).
+    Session,
+    /// A task: trouble reaching it is transient (the client polls again).
+    Task,
+}
+
+impl Holds {
+    pub fn what(self) -> &'static str {
+        match self {
+            Holds::Session => "session",
+            Holds::Task => "task",
+        }
     }
 }
 
 /// Bounded labels for metrics and the access log.
 pub struct Labels {
-    pub route: Option<Arc<Route>>,
     pub method: &'static str,
     pub era: EraLabel,
-    /// The `Mcp-Name` subject (tool, prompt, resource, task), for the access log only.
-    pub name: Option<String>,
 }
 
 impl Default for Labels {
     fn default() -> Self {
         Labels {
-            route: None,
             method: mcp::method_label(None),
             era: EraLabel::Unknown,
-            name: None,
         }
     }
 }
 
 impl Labels {
-    pub fn route(&self) -> &str {
-        self.route.as_ref().map_or("none", |r| r.name.as_str())
-    }
-
-    /// Take what a checked body says: the method label and era; the name moves here.
-    pub fn record(&mut self, verdict: &mut Verdict) {
+    /// What a checked body says: the method label and era.
+    pub fn record(&mut self, verdict: &Verdict) {
         self.method = mcp::method_label(verdict.method.as_deref());
         self.era = verdict.era.label();
-        self.name = verdict.name.take();
     }
 }
 
@@ -187,5 +182,28 @@ pub struct Upstream {
 impl Upstream {
     pub fn member(&self) -> Option<&Arc<Member>> {
         self.tried.last()
+    }
+}
+
+/// What the member's response head says, read once before the response stages run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    pub media: Media,
+    /// Compressed (a `Content-Encoding` other than `identity`): not read, not rewritten.
+    pub encoded: bool,
+}
+
+impl Default for Response {
+    fn default() -> Self {
+        Response {
+            media: Media::Other,
+            encoded: false,
+        }
+    }
+}
+
+impl Response {
+    pub fn is_event_stream(&self) -> bool {
+        self.media == Media::EventStream
     }
 }

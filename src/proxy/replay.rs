@@ -25,7 +25,7 @@
 //! Every proxied request gets a `Replay` (an empty body for GET and DELETE). Two more duties
 //! sit here because `read_body_or_idle` is the one place polled for the whole exchange:
 //! - the `cutoff` switch: when it turns `true`, an event-stream response ends with
-//!   [`STREAM_CUT`] (shutdown owns the switch; see [`crate::shutdown`]);
+//!   [`STREAM_CUT`] (shutdown owns the switch; see [`crate::ops::shutdown`]);
 //! - upstream silence ([`Silence`]): no response head within `head`, or no response bytes
 //!   for `gap` (`stream_idle` once the response is an event stream), ends the exchange with
 //!   [`EdgeError::UpstreamTimeout`]. Pingora's own per-read timeout cannot tell an idle event
@@ -74,22 +74,29 @@ pub struct Stored {
     body: Arc<Mutex<Option<Body>>>,
     /// The request has a body to forward (also after the edge's copy is released).
     present: bool,
+    /// A stage rewrote it to this length.
+    rewritten_len: Option<usize>,
 }
 
 impl Stored {
     fn new(body: Option<Body>) -> Stored {
-        let body = body.filter(|b| !b.bytes.is_empty());
+        let body = body.filter(|b| !b.bytes().is_empty());
         Stored {
             present: body.is_some(),
+            rewritten_len: body.as_ref().and_then(Body::rewritten_len),
             body: Arc::new(Mutex::new(body)),
         }
+    }
+    /// The length a stage rewrote the body to (`Content-Length` must say it).
+    pub fn rewritten_len(&self) -> Option<usize> {
+        self.rewritten_len
     }
     /// The request has no body to forward (GET, DELETE, OPTIONS, an empty POST).
     pub fn is_empty(&self) -> bool {
         !self.present
     }
     fn get(&self) -> Option<Bytes> {
-        self.body.lock().ok()?.as_ref().map(|b| b.bytes.clone())
+        self.body.lock().ok()?.as_ref().map(|b| b.bytes().clone())
     }
     /// Drop the edge's copy (and give its memory back to the budget): the upstream has the
     /// body, and it is never sent again.

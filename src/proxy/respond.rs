@@ -15,8 +15,10 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorSource, ErrorType};
 use serde_json::Value;
 
+use super::answer::Answer;
 use super::ctx::Ctx;
-use crate::error::{EdgeError, Rejection, ERROR_HEADER};
+use super::pipeline;
+use crate::error::{EdgeError, Rejection};
 use crate::metrics;
 
 /// Answer a request admission refused. A body the edge did not read is then drained, so
@@ -27,52 +29,14 @@ pub async fn reject(session: &mut Session, ctx: &mut Ctx, rejection: Rejection) 
     drain_unread_body(session, ctx).await;
 }
 
-/// An answer the edge gives itself (a bridged legacy message, a hidden entry, a metadata
-/// document).
-#[derive(Debug)]
-pub struct Answer {
-    pub status: u16,
-    /// The body (empty: none).
-    pub body: Bytes,
-    /// `application/json` or `text/event-stream`.
-    pub content_type: &'static str,
-    /// `Mcp-Session-Id` to echo.
-    pub session: Option<http::HeaderValue>,
-    /// Readable by any origin's page (a public metadata document).
-    pub public: bool,
-}
-
-impl Answer {
-    pub fn json(status: u16, body: Bytes) -> Answer {
-        Answer {
-            status,
-            body,
-            content_type: "application/json",
-            session: None,
-            public: false,
-        }
-    }
-}
-
-/// Write an answer the edge gives itself.
+/// Write an answer the edge gives itself, with the headers the stages put on every edge-made
+/// head (CORS).
 pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: Answer) {
     ctx.answered = true;
     let Ok(mut resp) = answer_head(&answer) else {
         return;
     };
-    let cors = match &ctx.cors {
-        Some(origin) => super::cors::apply(&mut resp, origin),
-        None if ctx
-            .labels
-            .route
-            .as_ref()
-            .is_some_and(|r| r.origins.grants_any()) =>
-        {
-            super::cors::vary_only(&mut resp)
-        }
-        None => Ok(()),
-    };
-    if cors.is_err() {
+    if pipeline::answer(&mut resp, ctx).is_err() {
         return;
     }
     let body = (!answer.body.is_empty()).then_some(answer.body);
@@ -117,7 +81,8 @@ async fn drain_unread_body(session: &mut Session, ctx: &Ctx) {
         .headers
         .get(http::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if session.downstream_session.is_body_done() || (waits_for_continue && !ctx.answered_continue) {
+    let answered_continue = ctx.stages.method.answered_continue;
+    if session.downstream_session.is_body_done() || (waits_for_continue && !answered_continue) {
         // Nothing more will come: all of it was read, or the client waits for a 100 first.
         return;
     }
@@ -208,10 +173,8 @@ async fn write(session: &mut Session, ctx: &Ctx, error: &EdgeError, id: Option<&
         return;
     };
     // An allowed origin's page can read the error (its status, body and marker).
-    if let Some(origin) = &ctx.cors {
-        if super::cors::apply(&mut resp, origin).is_err() {
-            return;
-        }
+    if pipeline::answer(&mut resp, ctx).is_err() {
+        return;
     }
     if session
         .write_response_header(Box::new(resp), false)
@@ -224,24 +187,10 @@ async fn write(session: &mut Session, ctx: &Ctx, error: &EdgeError, id: Option<&
 
 fn head(error: &EdgeError, len: usize) -> pingora::Result<ResponseHeader> {
     let mut resp = ResponseHeader::build(error.status(), Some(4))?;
-    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    resp.insert_header(http::header::CONTENT_TYPE, crate::mcp::media::JSON)?;
     resp.insert_header(http::header::CONTENT_LENGTH, len.to_string())?;
-    resp.insert_header(ERROR_HEADER, error.kind().as_str())?;
-    match error {
-        EdgeError::MethodNotAllowed { allow, .. } => {
-            resp.insert_header(http::header::ALLOW, *allow)?;
-        }
-        // Load that passes: a client may try again shortly.
-        EdgeError::Overloaded { .. } => {
-            resp.insert_header(http::header::RETRY_AFTER, "1")?;
-        }
-        EdgeError::RateLimited { retry_after } => {
-            resp.insert_header(http::header::RETRY_AFTER, retry_after.to_string())?;
-        }
-        EdgeError::Unauthorized { challenge, .. } => {
-            resp.insert_header(http::header::WWW_AUTHENTICATE, challenge.as_str())?;
-        }
-        _ => {}
+    for (name, value) in error.headers() {
+        resp.insert_header(name, value)?;
     }
     Ok(resp)
 }

@@ -1,10 +1,10 @@
 //! Choosing the member a request goes to, and what happens when it fails.
 //!
-//! Modern requests (and legacy ones without a session) go round-robin over the healthy
-//! members of the route's pool, skipping members this request already tried; a legacy
-//! request with a session goes to the member its token names. Failures carry the edge error
-//! the client will see inside Pingora's error (its cause), so the error boundary
-//! ([`super::respond`]) answers with the right kind.
+//! A request pinned to a member (`ctx.request.pinned`: a legacy session's, a task's) goes
+//! there; every other one goes round-robin over the healthy members of the route's pool,
+//! skipping members this request already tried. Failures carry the edge error the client
+//! will see inside Pingora's error (its cause), so the error boundary ([`super::respond`])
+//! answers with the right kind.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,34 +12,29 @@ use std::time::Instant;
 use pingora::prelude::HttpPeer;
 use pingora::{Error, ErrorType};
 
-use super::ctx::{Admitted, Ctx};
+use super::ctx::{Ctx, Holds};
 use crate::error::EdgeError;
 use crate::metrics;
 use crate::routing::{Member, Pick};
 
 /// The member for this try of the request.
-pub fn choose(ctx: &Ctx, admitted: &Admitted) -> Result<Arc<Member>, Box<Error>> {
+pub fn choose(ctx: &Ctx) -> Result<Arc<Member>, Box<Error>> {
     let tried = &ctx.upstream.tried;
-    if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
-        // The member holding the task, and once more after a dead pooled connection.
+    if let Some(pinned) = &ctx.request.pinned {
+        // The member holding the state, and once more when a pooled connection to it was
+        // found dead before the request was written.
         if tried.len() < 2 {
-            return Ok(followed.member.clone());
+            return Ok(pinned.member.clone());
         }
         return Err(failed(EdgeError::ConnectFailed {
-            detail: format!("the task's member {} failed twice", followed.member.label),
+            detail: format!(
+                "the {}'s member {} failed twice",
+                pinned.holds.what(),
+                pinned.member.label
+            ),
         }));
     }
-    if let Some(sticky) = admitted.session() {
-        // The session's member, and once more when a pooled connection to it was found
-        // dead before the request was written.
-        if tried.len() < 2 {
-            return Ok(sticky.member.clone());
-        }
-        return Err(failed(EdgeError::ConnectFailed {
-            detail: format!("the session's member {} failed twice", sticky.member.label),
-        }));
-    }
-    let pool = &admitted.route.pool;
+    let pool = &ctx.endpoint()?.route.pool;
     match pool.pick(tried) {
         Pick::Member(m) => Ok(m),
         Pick::AllTried => Err(failed(EdgeError::ConnectFailed {
@@ -61,8 +56,8 @@ pub fn choose(ctx: &Ctx, admitted: &Admitted) -> Result<Arc<Member>, Box<Error>>
 /// The peer for `member`, with the configured timeouts; the try is recorded in `ctx`.
 pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     let t = ctx.snapshot.timeouts;
-    let mut peer = match &ctx.admitted {
-        Some(a) => a.route.pool.peer(&member),
+    let mut peer = match ctx.route() {
+        Some(route) => route.pool.peer(&member),
         None => HttpPeer::new(member.addr, false, String::new()),
     };
     peer.options.connection_timeout = Some(t.connect);
@@ -84,10 +79,10 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
 /// connections has lost the session (404, the client re-initialises), while one that is
 /// slow to accept is transient trouble (502, the client retries).
 pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
-    let Some(admitted) = &ctx.admitted else {
+    let Some(route) = ctx.route() else {
         return e;
     };
-    let pool = &admitted.route.pool;
+    let pool = &route.pool;
     if let Some(member) = ctx.upstream.member() {
         member.record_connect_failure(pool.health.eject);
         let m = metrics::get();
@@ -95,7 +90,7 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
             .connect_failures
             .with_label_values(&[&pool.name, &member.label])
             .inc();
-        if crate::tls::is_handshake_failure(&e) {
+        if crate::net::tls::is_handshake_failure(&e) {
             m.tls
                 .upstream_failures
                 .with_label_values(&[&pool.name, &member.label])
@@ -107,30 +102,34 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
             );
         }
     }
-    if admitted.session().is_some() {
-        let member = peer._address.to_string();
-        let error = if e.etype() == &ErrorType::ConnectRefused {
-            EdgeError::SessionMemberGone { member }
-        } else {
-            EdgeError::ConnectFailed {
-                detail: format!("the session's member {member}: {}", e.etype().as_str()),
-            }
-        };
-        e.set_cause(error);
-        e.set_retry(false);
-        return e;
-    }
-    if let Some(followed) = admitted.task.as_ref().and_then(|t| t.followed()) {
-        // The task lives only there: transient trouble, the client polls again.
-        e.set_cause(EdgeError::ConnectFailed {
-            detail: format!(
-                "the task's member {}: {}",
-                followed.member.label,
-                e.etype().as_str()
-            ),
-        });
-        e.set_retry(false);
-        return e;
+    match ctx.request.pinned.as_ref().map(|p| p.holds) {
+        Some(Holds::Session) => {
+            let member = peer._address.to_string();
+            let error = if e.etype() == &ErrorType::ConnectRefused {
+                EdgeError::SessionMemberGone { member }
+            } else {
+                EdgeError::ConnectFailed {
+                    detail: format!("the session's member {member}: {}", e.etype().as_str()),
+                }
+            };
+            e.set_cause(error);
+            e.set_retry(false);
+            return e;
+        }
+        Some(Holds::Task) => {
+            // The task lives only there: transient trouble, the client polls again.
+            let member = ctx
+                .request
+                .pinned
+                .as_ref()
+                .map_or("", |p| p.member.label.as_str());
+            e.set_cause(EdgeError::ConnectFailed {
+                detail: format!("the task's member {member}: {}", e.etype().as_str()),
+            });
+            e.set_retry(false);
+            return e;
+        }
+        None => {}
     }
     log::warn!(
         "upstream {} failed to connect: {}; trying another member",

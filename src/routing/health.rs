@@ -1,6 +1,6 @@
 //! Member health and discovery, one pool at a time: DNS re-resolution and active checks
 //! (TCP connect or an MCP `server/discover` probe, which also learns the revisions a member
-//! speaks). [`crate::maintenance`] schedules them.
+//! speaks). [`crate::ops::maintenance`] schedules them.
 
 use std::net::SocketAddr;
 
@@ -12,7 +12,8 @@ use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
 use serde_json::Value;
 
-use super::{CheckKind, Member, Pool, Speaks};
+use super::{CheckKind, Member, Pool};
+use crate::mcp::versions::Speaks;
 use crate::metrics;
 
 /// Re-resolve a DNS-discovered pool; a failed or empty answer keeps the current members.
@@ -253,7 +254,7 @@ async fn connect(pool: &Pool, member: &Member) -> Option<Stream> {
     match CONNECTOR.new_stream(&peer).await {
         Ok(s) => Some(s),
         Err(e) => {
-            if crate::tls::is_handshake_failure(&e) {
+            if crate::net::tls::is_handshake_failure(&e) {
                 metrics::get()
                     .tls
                     .upstream_failures

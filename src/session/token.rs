@@ -71,6 +71,13 @@ impl TokenError {
     }
 }
 
+/// Seconds since the epoch (token issue times).
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Seal a legacy session token.
 pub fn seal(ring: &KeyRing, claims: &Claims) -> Result<String, &'static str> {
     seal_kind(ring, claims, Kind::Session)

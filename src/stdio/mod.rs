@@ -31,11 +31,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-pub mod era;
+mod answers;
 pub mod group;
 pub mod process;
 mod server;
-pub mod wire;
 
 pub use group::Group;
 

@@ -24,8 +24,11 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::wire::{numbered, splice, Message, Numbered};
 use super::Spec;
+use crate::error::code;
+use crate::mcp::json;
+use crate::mcp::jsonrpc;
+use crate::mcp::message::{numbered, Message, Numbered};
 
 /// The longest stdout line read (a message).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -251,7 +254,7 @@ impl Proc {
 
     /// `initialize` with `params`, then `notifications/initialized`, within `timeout`.
     pub async fn initialize(&self, params: &str, timeout: Duration) -> Result<Init, StartError> {
-        let line = format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{params}}}"#);
+        let line = jsonrpc::request("0", "initialize", params);
         let call = self
             .request(&line, None, false)
             .map_err(|e| StartError::new(format!("cannot send initialize: {e:?}")))?;
@@ -339,9 +342,8 @@ impl Proc {
     /// The client gave up on request `number` (closed its stream): tell the server.
     pub fn cancel(&self, number: u64) {
         if self.lock_pending().remove(&number).is_some() {
-            let _ = self.send_line(&format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{number},"reason":"the client went away"}}}}"#
-            ));
+            let params = format!(r#"{{"requestId":{number},"reason":"the client went away"}}"#);
+            let _ = self.send_line(&jsonrpc::notification("notifications/cancelled", &params));
         }
     }
 
@@ -364,7 +366,8 @@ impl Proc {
         let Some(number) = number else {
             return;
         };
-        if let Some(line) = splice(text, &[(request_id, &number.to_string())]) {
+        let number_text = number.to_string();
+        if let Some(line) = json::splice_str(text, &[(request_id.get(), &number_text)]) {
             if let Some(p) = self.lock_pending().remove(&number) {
                 let _ = p.done.send(Out::Cancelled);
             }
@@ -474,7 +477,8 @@ impl Proc {
                 return;
             };
             let Some(id) = msg.id else { return };
-            let answer = splice(text, &[(id, &pending.id)]).unwrap_or_else(|| text.to_string());
+            let answer = json::splice_str(text, &[(id.get(), &pending.id)])
+                .unwrap_or_else(|| text.to_string());
             let _ = pending.done.send(Out::Final(answer));
             return;
         }
@@ -497,7 +501,7 @@ impl Proc {
             let (Some(events), Some(original)) = (&p.events, &p.token) else {
                 return;
             };
-            if let Some(line) = splice(text, &[(token, original)]) {
+            if let Some(line) = json::splice_str(text, &[(token.get(), original)]) {
                 let _ = events.try_send(line);
             }
             return;
@@ -515,10 +519,7 @@ impl Proc {
     fn server_request(&self, text: &str, msg: &Message<'_>, method: &str) {
         let Some(id) = msg.id else { return };
         if method == "ping" {
-            let _ = self.send_line(&format!(
-                r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
-                id.get()
-            ));
+            let _ = self.send_line(&jsonrpc::result(id.get(), "{}"));
             return;
         }
         if self.owner.is_some() && self.to_sessions(text) {
@@ -529,12 +530,11 @@ impl Proc {
         } else {
             "Method not found (mcp-edge: server-to-client requests reach clients only on pools with isolation = \"per_session\")"
         };
-        let code = if self.owner.is_some() { -32603 } else { -32601 };
-        let _ = self.send_line(&format!(
-            r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{code},"message":{}}}}}"#,
-            id.get(),
-            serde_json::Value::from(why)
-        ));
+        let code = match self.owner {
+            Some(_) => code::INTERNAL,
+            None => code::METHOD_NOT_FOUND,
+        };
+        let _ = self.send_line(&jsonrpc::error(id.get(), code, why, None));
     }
 
     /// Deliver a message to the owning session (an open request's event stream first,

@@ -21,20 +21,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::era::{discover_answer, mark_modern, strip_envelope, CACHEABLE};
+use super::answers::*;
 use super::group::{Group, Session, Target, Unavailable};
 use super::process::{Call, CallError, Out, Proc, MAX_LINE};
-use super::wire::{splice, Message};
 use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
-use crate::mcp::MODERN_VERSION;
-
-type Body = BoxBody<Bytes, Infallible>;
+use crate::error::{code, EdgeError};
+use crate::mcp::era::{discover_answer, mark_modern, strip_envelope, CACHEABLE};
+use crate::mcp::message::Message;
+use crate::mcp::{jsonrpc, MODERN_VERSION};
 
 /// Keep-alive comments on open event streams.
 const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -129,7 +128,7 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
             let mut r = rpc_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 None,
-                -32000,
+                code::SERVER_ERROR,
                 "Method not allowed.",
             );
             r.headers_mut()
@@ -141,7 +140,12 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
 
 async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Body> {
     let Ok(text) = std::str::from_utf8(body) else {
-        return rpc_error(StatusCode::BAD_REQUEST, None, -32700, "Parse error");
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::PARSE_ERROR,
+            "Parse error",
+        );
     };
     let Some(msg) = Message::parse(text) else {
         let batch = text.trim_start().starts_with('[');
@@ -153,7 +157,11 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         return rpc_error(
             StatusCode::BAD_REQUEST,
             None,
-            if batch { -32600 } else { -32700 },
+            if batch {
+                code::INVALID_REQUEST
+            } else {
+                code::PARSE_ERROR
+            },
             why,
         );
     };
@@ -168,12 +176,7 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         if asked.session.is_some() {
             return session_gone(msg.id);
         }
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            msg.id,
-            -32000,
-            "Bad Request: Mcp-Session-Id header is required",
-        );
+        return session_required(msg.id);
     };
     if !owned_by(&session, asked) {
         return session_gone(msg.id);
@@ -205,7 +208,7 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         return plain(StatusCode::ACCEPTED, "");
     }
     if !msg.is_request() {
-        return rpc_error(StatusCode::BAD_REQUEST, msg.id, -32600, "Invalid Request");
+        return invalid_request(msg.id);
     }
     let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner.is_some());
     call(proc, text, Some(session), msg.id, stream, None).await
@@ -223,7 +226,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// A legacy `initialize`: a process by isolation, a new session, the process's answer.
 async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) -> Response<Body> {
     let Some(id) = msg.id else {
-        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
+        return invalid_request(None);
     };
     let Some(sid) = new_session_id() else {
         return unavailable(
@@ -265,12 +268,8 @@ async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) ->
     };
     // The server's own answer (in the revision it speaks: 2025-11-25 to the edge's
     // `initialize`, or what it chose for the client's own, `per_session`).
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
-        id.get(),
-        init.result
-    );
-    let mut r = json(StatusCode::OK, body);
+    let body = jsonrpc::result(id.get(), &init.result);
+    let mut r = json_response(StatusCode::OK, body);
     if let Ok(v) = HeaderValue::from_str(&sid) {
         r.headers_mut().insert(crate::mcp::headers::SESSION_ID, v);
     }
@@ -288,11 +287,16 @@ async fn modern(
         return plain(StatusCode::ACCEPTED, "");
     }
     if !msg.is_request() {
-        return rpc_error(StatusCode::BAD_REQUEST, None, -32600, "Invalid Request");
+        return invalid_request(None);
     }
     let method = msg.method.as_deref().unwrap_or_default();
     if !MODERN_METHODS.contains(&method) {
-        return rpc_error(StatusCode::NOT_FOUND, msg.id, -32601, "Method not found");
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            msg.id,
+            code::METHOD_NOT_FOUND,
+            "Method not found",
+        );
     }
     let proc = match group.spec.isolation {
         Isolation::PerPrincipal => group.for_caller(asked.caller).await,
@@ -304,11 +308,11 @@ async fn modern(
     };
     if method == "server/discover" {
         if let (Some(init), Some(id)) = (proc.init.get(), msg.id) {
-            return json(StatusCode::OK, discover_answer(id, &init.result));
+            return json_response(StatusCode::OK, discover_answer(id, &init.result));
         }
     }
     let stream = asked.event_stream && msg.progress_token().is_some();
-    let legacy = strip_envelope(text, msg);
+    let legacy = strip_envelope(text, msg.param("_meta"));
     let cacheable = CACHEABLE.contains(&method);
     call(proc, &legacy, None, msg.id, stream, Some(cacheable)).await
 }
@@ -339,18 +343,16 @@ async fn call(
 ) -> Response<Body> {
     let call = match proc.request(text, session.as_ref().map(|s| s.id.clone()), stream) {
         Ok(c) => c,
-        Err(CallError::Unreadable) => {
-            return rpc_error(StatusCode::BAD_REQUEST, id, -32600, "Invalid Request")
-        }
+        Err(CallError::Unreadable) => return invalid_request(id),
         // Nothing was written: the process ended as the request came.
         Err(CallError::Exited) => {
             let why = format!(
                 "mcp-edge: stdio pool {}: the process ended as the request came; try again",
                 proc.pool
             );
-            return retry_later(id, &why, "stdio_unavailable");
+            return edge_error(EdgeError::StdioUnavailable { detail: why }, id);
         }
-        Err(CallError::Busy) => return busy(id),
+        Err(CallError::Busy) => return edge_error(EdgeError::StdioBusy, id),
     };
     let Call {
         number,
@@ -374,7 +376,7 @@ async fn call(
                         Some(cacheable) => mark_modern(answer, cacheable),
                         None => answer,
                     };
-                    json(StatusCode::OK, answer)
+                    json_response(StatusCode::OK, answer)
                 }
                 Ok(Out::Cancelled) => {
                     flight.finished = true;
@@ -382,7 +384,7 @@ async fn call(
                 }
                 _ => {
                     flight.finished = true;
-                    exited(id)
+                    edge_error(EdgeError::StdioExited, id)
                 }
             }
         }
@@ -428,8 +430,8 @@ fn event_stream(
 ) -> Response<Body> {
     // Said on the stream when the process ends before answering: the client's request
     // fails with a reason, not a stream that just stops.
-    let lost = rpc_error_body(id, -32603, PROCESS_ENDED);
-    let dropped = rpc_error_body(id, -32800, "Request cancelled");
+    let lost = exited_body(id);
+    let dropped = cancelled_body(id);
     let state = Streaming {
         flight,
         events,
@@ -442,12 +444,12 @@ fn event_stream(
         let done = s.done.as_mut()?;
         let frame = tokio::select! {
             biased;
-            Some(event) = s.events.recv() => sse(&event),
+            Some(message) = s.events.recv() => event(&message),
             answer = done => {
                 // Events sent before the answer go first.
                 let mut out = Vec::new();
-                while let Ok(event) = s.events.try_recv() {
-                    out.extend_from_slice(&sse(&event));
+                while let Ok(message) = s.events.try_recv() {
+                    out.extend_from_slice(&event(&message));
                 }
                 s.flight.finished = true;
                 s.done = None;
@@ -457,10 +459,10 @@ fn event_stream(
                             Some(cacheable) => mark_modern(a, cacheable),
                             None => a,
                         };
-                        out.extend_from_slice(&sse(&a));
+                        out.extend_from_slice(&event(&a));
                     }
-                    Ok(Out::Cancelled) => out.extend_from_slice(&sse(&s.dropped)),
-                    _ => out.extend_from_slice(&sse(&s.lost)),
+                    Ok(Out::Cancelled) => out.extend_from_slice(&event(&s.dropped)),
+                    _ => out.extend_from_slice(&event(&s.lost)),
                 }
                 Bytes::from(out)
             }
@@ -476,12 +478,7 @@ fn event_stream(
 async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
     let Some(session) = asked.session.and_then(|s| group.session(s)) else {
         if asked.session.is_none() {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                -32000,
-                "Bad Request: Mcp-Session-Id header is required",
-            );
+            return session_required(None);
         }
         return session_gone(None);
     };
@@ -498,7 +495,7 @@ async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
         return rpc_error(
             StatusCode::CONFLICT,
             None,
-            -32000,
+            code::SERVER_ERROR,
             "Conflict: Only one SSE stream is allowed per session",
         );
     }
@@ -506,7 +503,7 @@ async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
     keepalive.reset();
     let frames = futures::stream::unfold((rx, keepalive), |(mut rx, mut keepalive)| async move {
         let frame = tokio::select! {
-            event = rx.recv() => sse(&event?),
+            message = rx.recv() => event(&message?),
             _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
         };
         Some((Ok::<_, Infallible>(Frame::data(frame)), (rx, keepalive)))
@@ -516,124 +513,8 @@ async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
     r
 }
 
-fn sse(message: &str) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {message}\n\n"))
-}
-
-fn set_event_stream(r: &mut Response<Body>) {
-    let h = r.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-}
-
 fn new_session_id() -> Option<Arc<str>> {
     let mut b = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).ok()?;
     Some(Arc::from(super::group::hex(&b)))
-}
-
-/// The server's error answer to the client's own `initialize` (`per_session`), with the
-/// client's id.
-fn refused(answer: &str, id: &RawValue) -> Response<Body> {
-    let body = Message::parse(answer)
-        .and_then(|m| m.id.and_then(|raw| splice(answer, &[(raw, id.get())])))
-        .unwrap_or_else(|| rpc_error_body(Some(id), -32603, "initialize failed"));
-    json(StatusCode::OK, body)
-}
-
-fn cancelled(id: Option<&RawValue>) -> Response<Body> {
-    rpc_error(StatusCode::OK, id, -32800, "Request cancelled")
-}
-
-fn busy(id: Option<&RawValue>) -> Response<Body> {
-    let why = "mcp-edge: the stdio server is not reading its input; try again later";
-    retry_later(id, why, "stdio_busy")
-}
-
-/// 503 with `Retry-After` and a JSON-RPC error: nothing reached the server.
-fn retry_later(id: Option<&RawValue>, message: &str, kind: &'static str) -> Response<Body> {
-    let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, message);
-    let h = r.headers_mut();
-    h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    h.insert("x-mcp-edge-error", HeaderValue::from_static(kind));
-    r
-}
-
-fn json(status: StatusCode, body: String) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-fn plain(status: StatusCode, text: &str) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(text.to_string())).boxed());
-    *r.status_mut() = status;
-    if !text.is_empty() {
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain"),
-        );
-    }
-    r
-}
-
-fn rpc_error_body(id: Option<&RawValue>, code: i64, message: &str) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{code},"message":{}}}}}"#,
-        id.map_or("null", |i| i.get()),
-        serde_json::Value::from(message)
-    )
-}
-
-fn rpc_error(
-    status: StatusCode,
-    id: Option<&RawValue>,
-    code: i64,
-    message: &str,
-) -> Response<Body> {
-    json(status, rpc_error_body(id, code, message))
-}
-
-const PROCESS_ENDED: &str =
-    "mcp-edge: the stdio server process ended before answering; the request may have run";
-
-fn session_gone(id: Option<&RawValue>) -> Response<Body> {
-    rpc_error(StatusCode::NOT_FOUND, id, -32001, "Session not found")
-}
-
-fn exited(id: Option<&RawValue>) -> Response<Body> {
-    let mut r = rpc_error(StatusCode::BAD_GATEWAY, id, -32603, PROCESS_ENDED);
-    r.headers_mut().insert(
-        "x-mcp-edge-error",
-        HeaderValue::from_static("stdio_process_exited"),
-    );
-    r
-}
-
-fn unavailable(group: &Group, why: Unavailable, id: Option<&RawValue>) -> Response<Body> {
-    let message = match why {
-        Unavailable::Full => format!(
-            "mcp-edge: stdio pool {} runs max_processes ({}) processes; try again later",
-            group.name, group.spec.max_processes
-        ),
-        Unavailable::NoProcess(why) if why.is_empty() => {
-            format!("mcp-edge: stdio pool {} has no running process", group.name)
-        }
-        Unavailable::NoProcess(why) => format!("mcp-edge: stdio pool {}: {why}", group.name),
-        Unavailable::Refused(_) => {
-            format!("mcp-edge: stdio pool {}: initialize refused", group.name)
-        }
-    };
-    retry_later(id, &message, "stdio_unavailable")
 }

@@ -230,7 +230,7 @@ pub fn run(port: u16) -> ExitCode {
             .add_service(service(name, SocketAddr::from(([127, 0, 0, 1], p))).0);
     }
     print_walkthrough(port, members);
-    let signals = mcp_edge::shutdown::Signals { drain: built.drain };
+    let signals = mcp_edge::ops::shutdown::Signals { drain: built.drain };
     built.server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });

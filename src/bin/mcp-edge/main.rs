@@ -104,7 +104,7 @@ fn run(path: &Path) -> ExitCode {
         }
     }
     let log = &config.startup.access_log;
-    if let Err(e) = mcp_edge::access_log::start(&log.output, log.queue_lines) {
+    if let Err(e) = mcp_edge::ops::access_log::start(&log.output, log.queue_lines) {
         eprintln!("mcp-edge: access_log.output: cannot open {e}");
         return ExitCode::FAILURE;
     }
@@ -113,13 +113,13 @@ fn run(path: &Path) -> ExitCode {
         signals: true,
     };
     let built = mcp_edge::build_server(config, options);
-    let signals = mcp_edge::shutdown::Signals { drain: built.drain };
+    let signals = mcp_edge::ops::shutdown::Signals { drain: built.drain };
     built.server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
     // The servers the edge runs stop too (SIGTERM, then SIGKILL after their grace).
     mcp_edge::stdio::stop_all();
     // The last requests' lines, still queued, go out before the process ends.
-    mcp_edge::access_log::flush(std::time::Duration::from_secs(2));
+    mcp_edge::ops::access_log::flush(std::time::Duration::from_secs(2));
     ExitCode::SUCCESS
 }

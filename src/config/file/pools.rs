@@ -1,0 +1,130 @@
+//! `[[pools]]`, with `health` and `tls`.
+
+use std::num::{NonZeroU32, NonZeroU64};
+
+use serde::Deserialize;
+
+use super::defaults;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    pub name: String,
+    /// Static `IP:port` members.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// `host:port` re-resolved on an interval (instead of `members`).
+    pub dns: Option<String>,
+    #[serde(default = "dns_interval")]
+    pub dns_interval_ms: NonZeroU64,
+    #[serde(default)]
+    pub health: HealthSection,
+    /// The `Host` sent to members (a remote server's own name); default: the client's.
+    pub host: Option<String>,
+    pub tls: Option<PoolTlsSection>,
+    /// A stdio server the edge runs (instead of `members` or `dns`): program and arguments.
+    pub command: Option<Vec<String>>,
+    /// Environment for `command`: these, plus a few of the edge's own
+    /// ([`crate::stdio::process::PASSED_ENV`]); nothing else of the edge's.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory for `command`; default: the edge's.
+    pub cwd: Option<std::path::PathBuf>,
+    /// Shared processes (`isolation = "shared"`, and `per_session`'s 2026-07-28 traffic).
+    #[serde(default = "processes")]
+    pub processes: NonZeroU32,
+    #[serde(default)]
+    pub isolation: crate::stdio::Isolation,
+    /// On-demand processes (`per_session`, `per_principal`) at most.
+    #[serde(default = "max_processes")]
+    pub max_processes: NonZeroU32,
+    /// An on-demand process or legacy session unused this long is stopped (forgotten).
+    #[serde(default = "idle_ms")]
+    pub idle_ms: NonZeroU64,
+    /// Start to the `initialize` answer.
+    #[serde(default = "start_timeout_ms")]
+    pub start_timeout_ms: NonZeroU64,
+    /// SIGTERM to SIGKILL when stopping a process.
+    #[serde(default = "stop_grace_ms")]
+    pub stop_grace_ms: NonZeroU64,
+}
+
+fn processes() -> NonZeroU32 {
+    defaults::STDIO_PROCESSES
+}
+fn max_processes() -> NonZeroU32 {
+    defaults::STDIO_MAX_PROCESSES
+}
+fn idle_ms() -> NonZeroU64 {
+    defaults::STDIO_IDLE_MS
+}
+fn start_timeout_ms() -> NonZeroU64 {
+    defaults::STDIO_START_TIMEOUT_MS
+}
+fn stop_grace_ms() -> NonZeroU64 {
+    defaults::STDIO_STOP_GRACE_MS
+}
+
+fn dns_interval() -> NonZeroU64 {
+    defaults::DNS_INTERVAL_MS
+}
+
+/// `[pools.health] check`.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckName {
+    #[default]
+    Tcp,
+    /// A 2026-07-28 `server/discover` POST (and, once per server, a legacy `initialize`):
+    /// health and the revisions the member speaks.
+    Mcp,
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    pub check: CheckName,
+    /// Path for the `mcp` probe; default: the first route's path using this pool.
+    pub path: Option<String>,
+    pub interval_ms: NonZeroU64,
+    pub timeout_ms: NonZeroU64,
+    pub unhealthy_after: NonZeroU32,
+    pub healthy_after: NonZeroU32,
+    pub eject_ms: NonZeroU64,
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        HealthSection {
+            check: CheckName::default(),
+            path: None,
+            interval_ms: defaults::HEALTH_INTERVAL_MS,
+            timeout_ms: defaults::HEALTH_TIMEOUT_MS,
+            unhealthy_after: defaults::UNHEALTHY_AFTER,
+            healthy_after: defaults::HEALTHY_AFTER,
+            eject_ms: defaults::EJECT_MS,
+        }
+    }
+}
+
+/// `[pools.tls]`: the members speak HTTPS.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PoolTlsSection {
+    /// The name sent as SNI and checked against the members' certificates; default: the
+    /// host of `dns`, else each member's IP.
+    pub sni: Option<String>,
+    /// Verify the certificate chain and the name (default true).
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// PEM CA bundle to trust instead of the system roots.
+    pub ca_file: Option<String>,
+    /// Client certificate chain and key for mutual TLS.
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}

@@ -1,0 +1,178 @@
+//! `[[pools]]`: where members come from (static, DNS, a stdio command), how they are
+//! checked, and how they are reached (TLS, `host`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::file::{CheckName, HealthSection, PoolSection, RouteSection};
+use super::Errors;
+use crate::net::tls::UpstreamTls;
+use crate::routing::{CheckKind, HealthPolicy, Pool, Source};
+
+pub(super) fn pools(
+    sections: &[PoolSection],
+    routes: &[RouteSection],
+    errs: &mut Errors,
+) -> HashMap<String, Arc<Pool>> {
+    let mut pools = HashMap::new();
+    for (i, p) in sections.iter().enumerate() {
+        if p.name.is_empty() {
+            errs.push(format!("pools[{i}].name: must not be empty"));
+        }
+        if pools.contains_key(&p.name) {
+            errs.push(format!("pools[{i}].name: duplicate pool '{}'", p.name));
+        }
+        let Some(source) = source(p, i, errs) else {
+            continue;
+        };
+        // The `mcp` probe's default path: the first route's path using this pool.
+        let default_path = routes
+            .iter()
+            .find(|r| r.pool == p.name)
+            .map_or("/mcp".to_string(), |r| r.path.clone());
+        let mut health = health_policy(&p.health, default_path);
+        if matches!(source, Source::Stdio(_)) {
+            // The edge watches its own processes; a probe would start sessions on them.
+            health.check = CheckKind::None;
+        }
+        let tls = p.tls.as_ref().and_then(|t| {
+            let client = match (&t.client_cert, &t.client_key) {
+                (Some(c), Some(k)) => Some((c.as_str(), k.as_str())),
+                (None, None) => None,
+                _ => {
+                    errs.push(format!(
+                        "pools[{i}].tls.client_cert: client_cert and client_key go together"
+                    ));
+                    return None;
+                }
+            };
+            if t.sni.as_deref().is_some_and(|s| {
+                rustls::pki_types::ServerName::try_from(s).is_err()
+                    || (s.contains(':') && s.parse::<std::net::Ipv6Addr>().is_err())
+            }) {
+                // Pingora turns verification off for an empty SNI: never let that happen here.
+                errs.push(format!(
+                    "pools[{i}].tls.sni: '{}' is not a DNS name or IP address",
+                    t.sni.as_deref().unwrap_or_default()
+                ));
+                return None;
+            }
+            // A pool found by DNS (or sent a `host`) is verified against that name unless
+            // told otherwise.
+            let host_name = |h: &str| {
+                h.rsplit_once(':')
+                    .filter(|(_, port)| port.parse::<u16>().is_ok())
+                    .map_or(h, |(name, _)| name)
+                    .to_string()
+            };
+            let sni = t
+                .sni
+                .clone()
+                .or_else(|| p.host.as_deref().map(host_name))
+                .or_else(|| match &source {
+                    Source::Dns { name, .. } => Some(host_name(name)),
+                    Source::Static(_) | Source::Stdio(_) => None,
+                });
+            UpstreamTls::load(sni, t.verify, t.ca_file.as_deref(), client)
+                .map_err(|e| errs.push(format!("pools[{i}].tls: {e}")))
+                .ok()
+        });
+        let mut pool = Pool::new(p.name.clone(), source, health);
+        pool.tls = tls.map(Arc::new);
+        pool.host = p.host.clone();
+        pools.insert(p.name.clone(), Arc::new(pool));
+    }
+    pools
+}
+
+fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
+    if let Some(command) = &p.command {
+        if p.dns.is_some() || !p.members.is_empty() {
+            errs.push(format!(
+                "pools[{i}].command: a stdio pool has no members or dns (the edge runs the server)"
+            ));
+            return None;
+        }
+        if command.first().is_none_or(|c| c.is_empty()) {
+            errs.push(format!(
+                "pools[{i}].command: needs the program to run, e.g. [\"npx\", \"my-server\"]"
+            ));
+            return None;
+        }
+        if p.tls.is_some() || p.host.is_some() {
+            errs.push(format!(
+                "pools[{i}].command: tls and host do not apply to a stdio pool"
+            ));
+            return None;
+        }
+        return Some(Source::Stdio(Arc::new(crate::stdio::Spec {
+            command: command.clone(),
+            env: p.env.clone(),
+            cwd: p.cwd.clone(),
+            processes: p.processes.get() as usize,
+            isolation: p.isolation,
+            max_processes: p.max_processes.get() as usize,
+            idle: Duration::from_millis(p.idle_ms.get()),
+            start_timeout: Duration::from_millis(p.start_timeout_ms.get()),
+            stop_grace: Duration::from_millis(p.stop_grace_ms.get()),
+        })));
+    }
+    match (&p.dns, p.members.is_empty()) {
+        (Some(_), false) => {
+            errs.push(format!(
+                "pools[{i}].dns: use either members or dns, not both"
+            ));
+            None
+        }
+        (None, true) => {
+            errs.push(format!(
+                "pools[{i}].members: pool '{}' needs members or dns",
+                p.name
+            ));
+            None
+        }
+        (Some(name), true) => {
+            let host_port = name
+                .rsplit_once(':')
+                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok());
+            if !host_port {
+                errs.push(format!("pools[{i}].dns: '{name}' must be host:port"));
+            }
+            Some(Source::Dns {
+                name: name.clone(),
+                interval: Duration::from_millis(p.dns_interval_ms.get()),
+            })
+        }
+        (None, false) => {
+            let mut addrs = Vec::new();
+            for (j, m) in p.members.iter().enumerate() {
+                match m.parse::<SocketAddr>() {
+                    Ok(addr) => addrs.push(addr),
+                    Err(e) => errs.push(format!(
+                        "pools[{i}].members[{j}]: '{m}' is not an IP:port ({e}); use dns = \"host:port\" for names"
+                    )),
+                }
+            }
+            Some(Source::Static(addrs))
+        }
+    }
+}
+
+fn health_policy(h: &HealthSection, default_path: String) -> HealthPolicy {
+    HealthPolicy {
+        check: match h.check {
+            CheckName::Tcp => CheckKind::Tcp,
+            CheckName::None => CheckKind::None,
+            CheckName::Mcp => CheckKind::Mcp {
+                path: h.path.clone().unwrap_or(default_path),
+            },
+        },
+        interval: Duration::from_millis(h.interval_ms.get()),
+        timeout: Duration::from_millis(h.timeout_ms.get()),
+        unhealthy_after: h.unhealthy_after.get(),
+        healthy_after: h.healthy_after.get(),
+        eject: Duration::from_millis(h.eject_ms.get()),
+    }
+}

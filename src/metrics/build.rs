@@ -1,0 +1,328 @@
+//! Registering every metric family once, in one registry, with its series for every fixed
+//! label value.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use strum::IntoEnumIterator;
+
+use super::*;
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Registers metrics in one registry; each call is one metric family.
+struct Registrar(Registry);
+
+impl Registrar {
+    fn register<M: prometheus::core::Collector + Clone + 'static>(
+        &self,
+        m: M,
+    ) -> Result<M, prometheus::Error> {
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    fn counter(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+    fn gauge(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntGaugeVec, prometheus::Error> {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels)?)
+    }
+    fn plain_gauge(&self, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+        self.register(IntGauge::new(name, help)?)
+    }
+    fn plain_counter(&self, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
+        self.register(IntCounter::new(name, help)?)
+    }
+    fn seconds(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+        self.register(HistogramVec::new(opts, labels)?)
+    }
+}
+
+pub(super) fn build() -> Result<Metrics, prometheus::Error> {
+    let r = Registrar(Registry::new());
+    let m = Metrics {
+        requests: r.counter(
+            "mcp_edge_requests_total",
+            "MCP requests by route, method, era and outcome",
+            &["route", "method", "era", "outcome"],
+        )?,
+        edge_errors: r.counter(
+            "mcp_edge_errors_total",
+            "Errors raised by the edge itself, by kind",
+            &["kind"],
+        )?,
+        upstream_latency: r.seconds(
+            "mcp_edge_upstream_response_seconds",
+            "Time from choosing an upstream member to its response header",
+            &["pool"],
+        )?,
+        request_duration: r.seconds(
+            "mcp_edge_request_duration_seconds",
+            "Time from request start to the end of the response",
+            &["route", "era"],
+        )?,
+        upstream_responses: r.counter(
+            "mcp_edge_upstream_responses_total",
+            "Upstream responses by pool, member and status class",
+            &["pool", "member", "class"],
+        )?,
+        active_sse: r.gauge(
+            "mcp_edge_active_sse_streams",
+            "SSE responses currently streaming, by era",
+            &["era"],
+        )?,
+        session_tokens: r.counter(
+            "mcp_edge_session_tokens_total",
+            "Legacy session tokens sealed and opened",
+            &["op"],
+        )?,
+        task_ids: r.counter(
+            "mcp_edge_task_ids_total",
+            "Task ids the edge sealed (answers naming a task), opened (requests following one) and refused (forged, expired, another pool's, member gone)",
+            &["op"],
+        )?,
+        session_token_failures: r.counter(
+            "mcp_edge_session_token_failures_total",
+            "Legacy session tokens refused, by reason",
+            &["reason"],
+        )?,
+        config_reloads: r.counter(
+            "mcp_edge_config_reloads_total",
+            "Configuration reloads by result",
+            &["result"],
+        )?,
+        build_info: r.gauge("mcp_edge_build_info", "Build information", &["version"])?,
+        access_log_dropped: r.plain_counter(
+            "mcp_edge_access_log_dropped_total",
+            "Access-log lines dropped because the log writer could not keep up",
+        )?,
+        pools: pool_metrics(&r)?,
+        budget: budget_metrics(&r)?,
+        tls: tls_metrics(&r)?,
+        access: access_metrics(&r)?,
+        stdio: stdio_metrics(&r)?,
+        published: Mutex::new(HashMap::new()),
+        registry: r.0,
+    };
+    preregister(&m);
+    Ok(m)
+}
+
+fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
+    Ok(AccessMetrics {
+        auth: r.counter(
+            "mcp_edge_auth_total",
+            "Credentials checked on routes with auth, by route and result (ok, anonymous, missing, invalid, expired)",
+            &["route", "result"],
+        )?,
+        policy_refusals: r.counter(
+            "mcp_edge_policy_refusals_total",
+            "Requests naming a tool, prompt or resource the route's policy hides, answered by the edge, by route and rule",
+            &["route", "rule"],
+        )?,
+        policy_hidden: r.counter(
+            "mcp_edge_policy_hidden_entries_total",
+            "Entries cut from list answers by the route's policy, by route and rule",
+            &["route", "rule"],
+        )?,
+        rate_limited: r.counter(
+            "mcp_edge_rate_limited_total",
+            "Requests over the route's rate limit (answered 429), by route",
+            &["route"],
+        )?,
+        jwks_fetches: r.counter(
+            "mcp_edge_jwks_fetches_total",
+            "JWKS URL fetches by result (success, failure)",
+            &["result"],
+        )?,
+        cors_preflights: r.counter(
+            "mcp_edge_cors_preflights_total",
+            "CORS preflight requests answered by the edge, by route",
+            &["route"],
+        )?,
+    })
+}
+
+fn stdio_metrics(r: &Registrar) -> Result<StdioMetrics, prometheus::Error> {
+    Ok(StdioMetrics {
+        processes: r.gauge(
+            "mcp_edge_stdio_processes",
+            "Processes of a stdio pool running now, by pool",
+            &["pool"],
+        )?,
+        starts: r.counter(
+            "mcp_edge_stdio_starts_total",
+            "stdio server processes started, by pool and result (ok: initialised; failed)",
+            &["pool", "result"],
+        )?,
+        exits: r.counter(
+            "mcp_edge_stdio_exits_total",
+            "Shared stdio server processes that ended on their own (then restarted), by pool",
+            &["pool"],
+        )?,
+    })
+}
+
+fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
+    Ok(PoolMetrics {
+        member_healthy: r.gauge(
+            "mcp_edge_member_healthy",
+            "1 when the member passes its health checks and is not ejected",
+            &["pool", "member"],
+        )?,
+        pool_members: r.gauge(
+            "mcp_edge_pool_members",
+            "Members currently in the pool",
+            &["pool"],
+        )?,
+        health_checks: r.counter(
+            "mcp_edge_health_checks_total",
+            "Active health checks by pool and result",
+            &["pool", "result"],
+        )?,
+        dns_resolutions: r.counter(
+            "mcp_edge_dns_resolutions_total",
+            "DNS re-resolutions of discovered pools by result",
+            &["pool", "result"],
+        )?,
+        connect_failures: r.counter(
+            "mcp_edge_upstream_connect_failures_total",
+            "Failed connections to a member (refused, timed out)",
+            &["pool", "member"],
+        )?,
+        revisions: r.gauge(
+            "mcp_edge_pool_revisions",
+            "Protocol revisions a pool's healthy members speak (1) or refuse (0), from their server/discover answers and a legacy initialize",
+            &["pool", "revision"],
+        )?,
+    })
+}
+
+fn tls_metrics(r: &Registrar) -> Result<TlsMetrics, prometheus::Error> {
+    Ok(TlsMetrics {
+        certificate_expiry: r.gauge(
+            "mcp_edge_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of each certificate a TLS listener serves",
+            &["listener", "name"],
+        )?,
+        certificate_reloads: r.counter(
+            "mcp_edge_tls_certificate_reloads_total",
+            "TLS certificate reloads by result",
+            &["result"],
+        )?,
+        handshake_failures: r.counter(
+            "mcp_edge_tls_handshake_failures_total",
+            "Client connections that did not complete a TLS handshake, by reason",
+            &["reason"],
+        )?,
+        upstream_failures: r.counter(
+            "mcp_edge_upstream_tls_failures_total",
+            "Failed TLS handshakes with members (certificate untrusted, expired or for another name)",
+            &["pool", "member"],
+        )?,
+    })
+}
+
+fn budget_metrics(r: &Registrar) -> Result<BudgetMetrics, prometheus::Error> {
+    Ok(BudgetMetrics {
+        limit: r.plain_gauge(
+            "mcp_edge_memory_budget_bytes",
+            "The memory budget for what clients can make the edge hold",
+        )?,
+        used: r.plain_gauge(
+            "mcp_edge_memory_budget_used_bytes",
+            "Bytes of the memory budget reserved by connections, bodies and streams",
+        )?,
+        refusals: r.counter(
+            "mcp_edge_memory_budget_refusals_total",
+            "Work refused because the memory budget was full, by holder",
+            &["what"],
+        )?,
+        evictions: r.counter(
+            "mcp_edge_memory_evictions_total",
+            "Stalled connections and uploads closed to make room in the memory budget",
+            &["reason"],
+        )?,
+        head_timeouts: r.plain_counter(
+            "mcp_edge_request_head_timeouts_total",
+            "Connections closed because their first request head did not arrive in time",
+        )?,
+    })
+}
+
+/// Every fixed label value gets its series at start, so a dashboard sees 0, not nothing.
+fn preregister(m: &Metrics) {
+    m.build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+    for kind in ErrorKind::iter() {
+        m.edge_errors.with_label_values(&[kind.as_str()]).inc_by(0);
+    }
+    for op in TokenOp::iter() {
+        m.session_tokens.with_label_values(&[label(op)]).inc_by(0);
+    }
+    for result in ["success", "failure"] {
+        m.access.jwks_fetches.with_label_values(&[result]).inc_by(0);
+    }
+    for op in TaskIdOp::iter() {
+        m.task_ids.with_label_values(&[label(op)]).inc_by(0);
+    }
+    for reason in TokenFailure::iter() {
+        m.session_token_failures
+            .with_label_values(&[label(reason)])
+            .inc_by(0);
+    }
+    for result in ReloadResult::iter() {
+        m.config_reloads
+            .with_label_values(&[label(result)])
+            .inc_by(0);
+    }
+    for what in Holder::iter() {
+        m.budget
+            .refusals
+            .with_label_values(&[label(what)])
+            .inc_by(0);
+    }
+    for reason in Eviction::iter() {
+        m.budget
+            .evictions
+            .with_label_values(&[label(reason)])
+            .inc_by(0);
+    }
+    for reason in HandshakeFailure::iter() {
+        m.tls
+            .handshake_failures
+            .with_label_values(&[label(reason)])
+            .inc_by(0);
+    }
+    for result in ReloadResult::iter() {
+        m.tls
+            .certificate_reloads
+            .with_label_values(&[label(result)])
+            .inc_by(0);
+    }
+    for era in [EraLabel::Modern, EraLabel::Legacy] {
+        m.active_sse.with_label_values(&[label(era)]).set(0);
+    }
+}

@@ -1,0 +1,382 @@
+//! Every metric mcp-edge exports, registered once in one registry, with bounded labels.
+//!
+//! Labels never carry session ids, request ids or arguments: methods come from
+//! [`crate::mcp::method_label`], error kinds from [`ErrorKind`], the other fixed label sets
+//! from the enums below (every value pre-registered, so a series exists before its first
+//! event), routes and pools from the configuration. [`build`] registers them; [`series`]
+//! keeps the hot path's handles.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
+
+use prometheus::{
+    Encoder, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+};
+use strum::{EnumIter, IntoStaticStr};
+
+use crate::error::ErrorKind;
+pub use crate::mcp::EraLabel;
+
+mod build;
+mod series;
+
+pub use series::{MemberSeries, RouteSeries};
+
+pub struct Metrics {
+    pub registry: Registry,
+    /// Requests by route, JSON-RPC method, era and outcome.
+    pub requests: IntCounterVec,
+    /// Errors raised by the edge itself, by kind.
+    pub edge_errors: IntCounterVec,
+    /// Time from choosing a member to its response header.
+    pub upstream_latency: HistogramVec,
+    /// Whole request time as the client sees it (to the end of the response).
+    pub request_duration: HistogramVec,
+    /// Upstream responses by pool, member and status class.
+    pub upstream_responses: IntCounterVec,
+    /// Open SSE responses by era.
+    pub active_sse: IntGaugeVec,
+    /// Session tokens sealed and opened (`op`).
+    pub session_tokens: IntCounterVec,
+    /// Session tokens refused, by reason.
+    pub session_token_failures: IntCounterVec,
+    /// Task ids sealed, opened and refused (`op`).
+    pub task_ids: IntCounterVec,
+    /// Configuration reloads by result (`success`, `failure`).
+    pub config_reloads: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    /// Access-log lines dropped because the writer could not keep up.
+    pub access_log_dropped: IntCounter,
+    /// Pool membership, health and discovery.
+    pub pools: PoolMetrics,
+    /// The memory budget.
+    pub budget: BudgetMetrics,
+    /// TLS listeners and upstreams.
+    pub tls: TlsMetrics,
+    /// Identity, policy, rate limits and CORS.
+    pub access: AccessMetrics,
+    /// stdio pools.
+    pub stdio: StdioMetrics,
+    /// Member labels last published per pool, so departed members' series are removed.
+    pub published: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+/// Who may call what: credentials, policy, rate limits, CORS preflights.
+pub struct AccessMetrics {
+    /// Requests answered by the edge's CORS policy (preflights), by route.
+    pub cors_preflights: IntCounterVec,
+    /// Credentials checked on routes with `auth`, by route and result.
+    pub auth: IntCounterVec,
+    /// Requests refused by a route's policy (a hidden name), by route and rule.
+    pub policy_refusals: IntCounterVec,
+    /// Entries cut from list answers by a route's policy, by route and rule.
+    pub policy_hidden: IntCounterVec,
+    /// Requests over a route's rate limit (429), by route.
+    pub rate_limited: IntCounterVec,
+    /// JWKS fetches by result.
+    pub jwks_fetches: IntCounterVec,
+}
+
+/// stdio pools: processes running, starts by result, ends.
+pub struct StdioMetrics {
+    pub processes: IntGaugeVec,
+    pub starts: IntCounterVec,
+    pub exits: IntCounterVec,
+}
+
+/// Pool membership, health checks and discovery.
+pub struct PoolMetrics {
+    /// Member health as the edge sees it (1 healthy, 0 not), by pool and member.
+    pub member_healthy: IntGaugeVec,
+    /// Members currently in each pool (static or discovered).
+    pub pool_members: IntGaugeVec,
+    /// Active health checks by pool and result.
+    pub health_checks: IntCounterVec,
+    /// DNS re-resolutions of discovered pools by result (`ok`, `empty`, `error`).
+    pub dns_resolutions: IntCounterVec,
+    /// Connections to a member that failed (refused, timed out), by pool and member.
+    pub connect_failures: IntCounterVec,
+    /// Whether a pool's healthy members speak a revision (1) or not (0), as their `mcp`
+    /// health checks told; no series while nobody has said.
+    pub revisions: IntGaugeVec,
+}
+
+/// The memory budget and its push-back.
+pub struct BudgetMetrics {
+    /// The memory budget in force, and what is reserved of it.
+    pub limit: IntGauge,
+    pub used: IntGauge,
+    /// Work refused because the budget was full, by holder.
+    pub refusals: IntCounterVec,
+    /// Stalled holders closed to make room, by reason.
+    pub evictions: IntCounterVec,
+    /// Connections closed because their first request head was not complete in time.
+    pub head_timeouts: IntCounter,
+}
+
+/// TLS listeners and HTTPS pools.
+pub struct TlsMetrics {
+    /// Each served certificate's notAfter (seconds since the epoch), by listener and name.
+    pub certificate_expiry: IntGaugeVec,
+    /// Certificate reloads by result (`success`, `failure`).
+    pub certificate_reloads: IntCounterVec,
+    /// Client connections that did not complete a TLS handshake, by reason.
+    pub handshake_failures: IntCounterVec,
+    /// Handshakes with members that failed (untrusted, expired or wrong-name certificate),
+    /// by pool and member.
+    pub upstream_failures: IntCounterVec,
+}
+
+/// Why a client's TLS handshake failed (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum HandshakeFailure {
+    /// Plain HTTP sent to a TLS port (answered 400).
+    PlainHttp,
+    /// Not complete within `timeouts.request_head_ms`.
+    Timeout,
+    /// Closed to make room in the memory budget.
+    Evicted,
+    /// The handshake itself failed (no common version or cipher, bad record, the client left).
+    Failed,
+}
+
+/// Why the edge refused a session token: the `reason` label of
+/// `mcp_edge_session_token_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum TokenFailure {
+    Malformed,
+    UnknownKey,
+    Forged,
+    Expired,
+    OtherPool,
+    ForeignCredential,
+    MemberGone,
+}
+
+/// What happened to a task id: the `op` label of `mcp_edge_task_ids_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum TaskIdOp {
+    /// An answer named a task: its id was sealed.
+    Sealed,
+    /// A request followed one.
+    Opened,
+    /// A request named one that leads nowhere.
+    Refused,
+}
+
+/// What happened to a token: the `op` label of `mcp_edge_session_tokens_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum TokenOp {
+    Sealed,
+    Opened,
+}
+
+/// The `result` label of `mcp_edge_config_reloads_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ReloadResult {
+    Success,
+    Failure,
+}
+
+/// What holds a part of the memory budget (the `what` label of its refusals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Holder {
+    Connection,
+    Body,
+    Stream,
+}
+
+/// Why a holder was closed to make room in the budget (the `reason` label of evictions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Eviction {
+    /// A connection that had not completed its first request head.
+    StalledHead,
+    /// An upload that stopped making progress.
+    StalledUpload,
+    /// A kept-alive HTTP/1 connection between requests.
+    IdleConnection,
+}
+
+/// How a request ended: the `outcome` label of `mcp_edge_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Outcome {
+    Forwarded,
+    ClientError,
+    Rejected,
+    Failed,
+    /// The edge answered it itself (a CORS preflight).
+    Answered,
+}
+
+/// Label value of any of the label enums above.
+pub(crate) fn label<L: Into<&'static str>>(l: L) -> &'static str {
+    l.into()
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build::build() {
+    Ok(m) => m,
+    // Only reachable through a programming error (a duplicate or malformed metric name).
+    Err(e) => panic!("metric registration failed: {e}"),
+});
+
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+pub fn stdio_processes(pool: &str, running: i64) {
+    get()
+        .stdio
+        .processes
+        .with_label_values(&[pool])
+        .set(running);
+}
+
+pub fn stdio_start(pool: &str, ok: bool) {
+    let result = if ok { "ok" } else { "failed" };
+    get().stdio.starts.with_label_values(&[pool, result]).inc();
+}
+
+pub fn stdio_exit(pool: &str) {
+    get().stdio.exits.with_label_values(&[pool]).inc();
+}
+
+impl Metrics {
+    /// Count an error the edge raised.
+    pub fn edge_error(&self, kind: ErrorKind) {
+        self.edge_errors.with_label_values(&[kind.as_str()]).inc();
+    }
+    pub fn token(&self, op: TokenOp) {
+        self.session_tokens.with_label_values(&[label(op)]).inc();
+    }
+    pub fn task_id(&self, op: TaskIdOp) {
+        self.task_ids.with_label_values(&[label(op)]).inc();
+    }
+    pub fn token_failure(&self, reason: TokenFailure) {
+        self.session_token_failures
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
+    pub fn reload(&self, result: ReloadResult) {
+        self.config_reloads
+            .with_label_values(&[label(result)])
+            .inc();
+    }
+    pub fn handshake_failure(&self, reason: HandshakeFailure) {
+        self.tls
+            .handshake_failures
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
+    pub fn certificate_reload(&self, result: ReloadResult) {
+        self.tls
+            .certificate_reloads
+            .with_label_values(&[label(result)])
+            .inc();
+    }
+    pub fn budget_limit(&self, bytes: usize) {
+        self.budget.limit.set(bytes as i64);
+    }
+    pub fn budget_used(&self, bytes: usize) {
+        self.budget.used.set(bytes as i64);
+    }
+    pub fn budget_refusal(&self, what: Holder) {
+        self.budget.refusals.with_label_values(&[label(what)]).inc();
+    }
+    pub fn eviction(&self, reason: Eviction) {
+        self.budget
+            .evictions
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
+    /// An SSE response started (`+1`) or ended (`-1`).
+    pub fn sse_streams(&self, era: EraLabel, delta: i64) {
+        self.active_sse.with_label_values(&[label(era)]).add(delta);
+    }
+}
+
+/// The Prometheus text exposition of every metric.
+pub fn render() -> Vec<u8> {
+    let mut out = Vec::new();
+    // Encoding into a Vec cannot fail for well-formed metric families.
+    let _ = TextEncoder::new().encode(&get().registry.gather(), &mut out);
+    out
+}
+
+/// Status class label (`2xx` … `5xx`).
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(series: &str) -> f64 {
+        String::from_utf8(render())
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn cached_handles_count_into_the_labelled_series() {
+        let route = RouteSeries::default();
+        for _ in 0..3 {
+            route.finished(
+                "/cached-test",
+                "tools/call",
+                EraLabel::Legacy,
+                Outcome::Rejected,
+                0.01,
+            );
+        }
+        route.finished(
+            "/cached-test",
+            "none",
+            EraLabel::Unknown,
+            Outcome::Failed,
+            0.01,
+        );
+        assert_eq!(
+            scrape(
+                r#"mcp_edge_requests_total{era="legacy",method="tools/call",outcome="rejected",route="/cached-test"}"#
+            ),
+            3.0
+        );
+        assert_eq!(
+            scrape(
+                r#"mcp_edge_requests_total{era="unknown",method="none",outcome="failed",route="/cached-test"}"#
+            ),
+            1.0
+        );
+        let member = MemberSeries::default();
+        for status in [200, 204, 503, 101, 404] {
+            member.response("cached-pool", "10.0.0.1:1", status);
+        }
+        for (class, n) in [("1xx", 1.0), ("2xx", 2.0), ("4xx", 1.0), ("5xx", 1.0)] {
+            assert_eq!(
+                scrape(&format!(
+                    r#"mcp_edge_upstream_responses_total{{class="{class}",member="10.0.0.1:1",pool="cached-pool"}}"#
+                )),
+                n,
+                "{class}"
+            );
+        }
+    }
+}

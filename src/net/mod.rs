@@ -1,0 +1,8 @@
+//! Client connections below the HTTP layer: accepting them within `limits.max_connections`
+//! and the memory budget, the first request head read under its deadline and handed back
+//! ([`rewind`]), TLS listeners ([`tls`]), and the budget itself ([`budget`]).
+
+pub mod budget;
+pub mod connections;
+pub mod rewind;
+pub mod tls;

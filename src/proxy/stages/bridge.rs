@@ -1,0 +1,289 @@
+//! Era bridging (`bridge_legacy = true`): legacy (2025) Streamable HTTP clients served by
+//! 2026-07-28 members, which know no `initialize` and no sessions. The conversions are
+//! [`crate::mcp::era`]'s; here is when they apply.
+//!
+//! - `initialize` goes to a member as a `server/discover` (with the client's own headers, so
+//!   a member that wants a credential says so), and its `DiscoverResult` comes back as the
+//!   `InitializeResult`. The session id the edge adds is a sealed token (kind `Bridge`)
+//!   carrying what the client declared; any replica opens it; nothing is stored.
+//! - Every later request becomes a stateless 2026-07-28 request (the envelope written into
+//!   its params, the 2026-07-28 headers set) and goes to any member
+//!   (`ctx.request.bridged`).
+//! - `ping`, `logging/setLevel`, notifications, posted responses, `DELETE` are answered by the
+//!   edge, once the rate limit and policy let them through; `GET` (the standalone stream)
+//!   gets 405 from the method stage, which clients take as "no stream".
+//! - Answers come back in the client's revision; a JSON-RPC error a member answers with 400
+//!   or 404 reaches the client with 200, as legacy servers answer errors.
+//!
+//! What does not bridge: see [`crate::mcp::era`]; also `resources/subscribe` (answered
+//! -32601), cancellation, batches, and HTTP+SSE clients.
+
+use std::borrow::Cow;
+
+use pingora::http::{RequestHeader, ResponseHeader};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::{code, EdgeError, Rejection};
+use crate::mcp::era::{self, Declared, ToLegacy};
+use crate::mcp::headers::{self, NAME, SESSION_ID};
+use crate::mcp::rules::Era;
+use crate::mcp::{jsonrpc, MODERN_VERSION};
+use crate::metrics::{self, TokenOp};
+use crate::proxy::answer::Answer;
+use crate::proxy::body::Body;
+use crate::proxy::ctx::Ctx;
+use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::{rewrite, Edge};
+use crate::runtime::{EndpointKind, Route};
+use crate::session::{self, Kind, Sessions};
+
+/// A request forwarded as a 2026-07-28 one.
+#[derive(Debug)]
+pub struct State {
+    method: String,
+    /// The `Mcp-Name` subject (`params.name` / `params.uri`).
+    name: Option<String>,
+    /// An `initialize` sent as `server/discover`: the revision to answer with and the
+    /// session id to hand out.
+    initialize: Option<Initialize>,
+}
+
+#[derive(Debug)]
+struct Initialize {
+    version: String,
+    session: String,
+}
+
+pub struct Bridge;
+
+impl Stage for Bridge {
+    const NAME: &'static str = "bridge";
+
+    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let request = &mut a.ctx.request;
+        let Some(endpoint) = &request.endpoint else {
+            return Ok(Flow::Next);
+        };
+        let bridged = endpoint.route.bridge
+            && endpoint.kind == EndpointKind::Streamable
+            && request.era == Some(Era::Legacy);
+        if !bridged {
+            return Ok(Flow::Next);
+        }
+        let Some(body) = request.body.as_mut() else {
+            // A `DELETE` of a bridged session: nothing is held, nothing to end.
+            return Ok(Flow::AnswerOnceAdmitted(Answer::empty(200)));
+        };
+        let req = a.session.req_header();
+        let credential = session::binding(req, request.principal.as_deref());
+        let id = request.message.as_ref().and_then(|m| m.id.clone());
+        let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, credential);
+        match bridged.map_err(|e| Rejection::with_id(e, id))? {
+            Bridged::Answer(answer) => Ok(Flow::AnswerOnceAdmitted(answer)),
+            Bridged::Forward(state) => {
+                request.bridged = true;
+                a.ctx.stages.bridge = Some(state);
+                Ok(Flow::Next)
+            }
+        }
+    }
+
+    /// The 2026-07-28 headers, no session, plain bytes (the answer is converted).
+    fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
+        let Some(forward) = &o.ctx.stages.bridge else {
+            return Ok(());
+        };
+        let head: &mut RequestHeader = o.head;
+        head.remove_header(SESSION_ID);
+        head.remove_header(&http::header::ACCEPT_ENCODING);
+        head.insert_header(headers::PROTOCOL_VERSION, MODERN_VERSION)?;
+        head.insert_header(headers::METHOD, forward.method.as_str())?;
+        match &forward.name {
+            Some(name) => head.insert_header(NAME, headers::encode_value(name))?,
+            None => {
+                head.remove_header(NAME);
+            }
+        }
+        Ok(())
+    }
+
+    /// Never a member's session id; the bridged session id on a successful `initialize`; a
+    /// member's JSON-RPC error answered with 400 or 404 reaches the client with 200 (legacy
+    /// clients read error bodies of successful responses, and take a 404 for a lost
+    /// session); the body converted to the client's revision.
+    fn response(head: &mut ResponseHeader, ctx: &mut Ctx, edge: &Edge) -> pingora::Result<()> {
+        let Some(forward) = ctx.stages.bridge.as_deref() else {
+            return Ok(());
+        };
+        head.remove_header(SESSION_ID);
+        let json = ctx.response.media == crate::mcp::media::Media::Json;
+        if json && matches!(head.status.as_u16(), 400 | 404) {
+            head.set_status(200)?;
+        }
+        let initialize = match &forward.initialize {
+            Some(init) if head.status.as_u16() == 200 => {
+                head.insert_header(SESSION_ID, init.session.as_str())?;
+                Some(init.version.clone())
+            }
+            _ => None,
+        };
+        if !ctx.response.encoded {
+            rewrite::add(head, ctx, edge, Box::new(ToLegacy { initialize }));
+        }
+        Ok(())
+    }
+}
+
+enum Bridged {
+    Answer(Answer),
+    Forward(Box<State>),
+}
+
+/// The parts of a legacy message the bridge reads, borrowed from the body.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+fn invalid(detail: &str) -> EdgeError {
+    EdgeError::InvalidRequest {
+        detail: detail.into(),
+    }
+}
+
+/// A legacy POST on a bridged route.
+fn post(
+    req: &RequestHeader,
+    snapshot: &crate::runtime::Runtime,
+    route: &Route,
+    body: &mut Body,
+    credential: Option<[u8; 16]>,
+) -> Result<Bridged, EdgeError> {
+    let sessions = snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
+        detail: "bridging needs the session key ring".into(),
+    })?;
+    let bytes = body.bytes().clone();
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(invalid("batches are not bridged to 2026-07-28 servers"));
+    }
+    let message: Message = serde_json::from_slice(&bytes)
+        .map_err(|_| invalid("a key appears more than once in the message"))?;
+    let method = message.method.as_deref();
+    if let (Some("initialize"), Some(id)) = (method, message.id) {
+        let legacy: Vec<&str> = route
+            .versions
+            .accepted
+            .iter()
+            .map(String::as_str)
+            .filter(|v| crate::mcp::is_legacy_version(v))
+            .collect();
+        let declared = era::declare(message.params, &legacy)?;
+        let session = seal(sessions, route, &declared, credential)?;
+        body.replace(era::discover_body(id, &declared)?);
+        return Ok(Bridged::Forward(Box::new(State {
+            method: "server/discover".into(),
+            name: None,
+            initialize: Some(Initialize {
+                version: declared.v,
+                session,
+            }),
+        })));
+    }
+    let declared = open(sessions, route, req, credential)?;
+    let (Some(method), Some(id)) = (method, message.id) else {
+        // A notification, or a response to a request the edge never sent.
+        return Ok(Bridged::Answer(Answer::empty(202)));
+    };
+    if !method.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(invalid("method must be visible ASCII"));
+    }
+    let answer = |body: String| Ok(Bridged::Answer(Answer::json(200, body)));
+    match method {
+        "ping" | "logging/setLevel" => answer(jsonrpc::result(id.get(), "{}")),
+        "resources/subscribe" | "resources/unsubscribe" => answer(jsonrpc::error(
+            id.get(),
+            code::METHOD_NOT_FOUND,
+            &format!("Method not found: {method} is not bridged to 2026-07-28 servers"),
+            None,
+        )),
+        _ => {
+            let name = match (method, message.params) {
+                ("tools/call" | "prompts/get", Some(p)) => subject(p, "name"),
+                ("resources/read", Some(p)) => subject(p, "uri"),
+                _ => None,
+            };
+            let method = method.to_owned();
+            body.replace(era::with_envelope(&bytes, message.params, &declared)?);
+            Ok(Bridged::Forward(Box::new(State {
+                method,
+                name,
+                initialize: None,
+            })))
+        }
+    }
+}
+
+/// `params.<key>` when it is a string.
+fn subject(params: &RawValue, key: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        uri: Option<Cow<'a, str>>,
+    }
+    let named: Named = serde_json::from_str(params.get()).ok()?;
+    match key {
+        "name" => named.name.map(Cow::into_owned),
+        _ => named.uri.map(Cow::into_owned),
+    }
+}
+
+/// What the client declared, sealed into the session id the bridge hands out.
+fn seal(
+    sessions: &Sessions,
+    route: &Route,
+    declared: &Declared,
+    credential: Option<[u8; 16]>,
+) -> Result<String, EdgeError> {
+    let carried = serde_json::to_string(declared).map_err(|e| EdgeError::Internal {
+        detail: e.to_string(),
+    })?;
+    let pool = &route.pool.name;
+    let t = session::seal_session(sessions, Kind::Bridge, pool, "", &carried, credential)?;
+    if t.len() > crate::session::token::MAX_TOKEN_CHARS {
+        return Err(EdgeError::InvalidRequest {
+            detail: "the client's capabilities and clientInfo are too large to bridge".into(),
+        });
+    }
+    Ok(t)
+}
+
+/// The bridged session a request names in `Mcp-Session-Id`.
+fn open(
+    sessions: &Sessions,
+    route: &Route,
+    req: &RequestHeader,
+    credential: Option<[u8; 16]>,
+) -> Result<Declared, EdgeError> {
+    let raw = headers::single(&req.headers, SESSION_ID)
+        .map_err(|_| EdgeError::SessionUnknown {
+            reason: "Mcp-Session-Id appears more than once",
+        })?
+        .ok_or_else(|| EdgeError::InvalidRequest {
+            detail: "no valid session ID provided (Mcp-Session-Id)".into(),
+        })?;
+    let text = String::from_utf8_lossy(raw);
+    let pool = &route.pool.name;
+    let claims = session::open_session(sessions, pool, &text, credential, Kind::Bridge)?;
+    metrics::get().token(TokenOp::Opened);
+    serde_json::from_str(&claims.upstream_id).map_err(|_| EdgeError::SessionUnknown {
+        reason: "malformed",
+    })
+}

@@ -1,0 +1,78 @@
+//! Every request's metrics: its member's response (status class, time to the response head)
+//! and the open event streams as they start; at the end, the request by route, method, era
+//! and outcome, and its duration.
+
+use std::sync::LazyLock;
+
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::error::EdgeError;
+use crate::metrics::{self, Outcome, RouteSeries};
+use crate::proxy::ctx::Ctx;
+use crate::proxy::pipeline::Stage;
+use crate::proxy::Edge;
+
+/// Handles for requests that never matched a route.
+static NO_ROUTE: LazyLock<RouteSeries> = LazyLock::new(RouteSeries::default);
+
+#[derive(Default)]
+pub struct State {
+    /// The response is an event stream counted in `mcp_edge_active_sse_streams`.
+    streaming: bool,
+}
+
+pub struct Metrics;
+
+impl Stage for Metrics {
+    const NAME: &'static str = "metrics";
+
+    fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
+        let status = head.status.as_u16();
+        ctx.upstream.status = Some(status);
+        if ctx.response.is_event_stream() && !ctx.stages.metrics.streaming {
+            ctx.stages.metrics.streaming = true;
+            metrics::get().sse_streams(ctx.labels.era, 1);
+        }
+        let (Some(route), Some(member)) = (ctx.route(), ctx.upstream.member()) else {
+            return Ok(());
+        };
+        let pool = &route.pool;
+        if let Some(t) = ctx.upstream.started {
+            pool.latency
+                .get_or_init(|| {
+                    metrics::get()
+                        .upstream_latency
+                        .with_label_values(&[pool.name.as_str()])
+                })
+                .observe(t.elapsed().as_secs_f64());
+        }
+        member.series.response(&pool.name, &member.label, status);
+        Ok(())
+    }
+
+    fn logging(_session: &Session, ctx: &mut Ctx) {
+        let seconds = ctx.started.elapsed().as_secs_f64();
+        let l = &ctx.labels;
+        // A request refused before a route was found counts under `route="none"`.
+        let (series, route) = match ctx.route() {
+            Some(route) => (&route.series, route.name.as_str()),
+            None => (&*NO_ROUTE, ctx.route_name()),
+        };
+        series.finished(route, l.method, l.era, outcome(ctx), seconds);
+        if ctx.stages.metrics.streaming {
+            metrics::get().sse_streams(ctx.labels.era, -1);
+        }
+    }
+}
+
+/// How the request ended.
+pub fn outcome(ctx: &Ctx) -> Outcome {
+    match (&ctx.error, ctx.upstream.status) {
+        (None, Some(_)) => Outcome::Forwarded,
+        (None, None) if ctx.answered => Outcome::Answered,
+        (Some(EdgeError::ClientError { .. }), _) => Outcome::ClientError,
+        (Some(e), _) if e.status() < 500 => Outcome::Rejected,
+        _ => Outcome::Failed,
+    }
+}

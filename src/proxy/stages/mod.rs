@@ -1,0 +1,33 @@
+//! The edge's capabilities, one file each, as stages of the pipeline
+//! ([`super::pipeline`] lists them in order). A stage reads the request's core
+//! ([`super::ctx::Ctx`]), writes the core fields its doc there names, and keeps anything
+//! else it needs between its phases in its own part of [`State`].
+
+pub mod access_log;
+pub mod bridge;
+pub mod cors;
+pub mod forwarding;
+pub mod identity;
+pub mod legacy;
+pub mod limits;
+pub mod method;
+pub mod metrics;
+pub mod policy;
+pub mod route;
+pub mod rules;
+pub mod stdio;
+pub mod tasks;
+
+/// Each stage's own per-request state (boxed where few requests need it: the context lives
+/// as long as an idle event stream).
+#[derive(Default)]
+pub struct State {
+    pub cors: cors::State,
+    pub limits: limits::State,
+    pub method: method::State,
+    pub metrics: metrics::State,
+    pub tasks: Option<Box<tasks::State>>,
+    pub bridge: Option<Box<bridge::State>>,
+    pub legacy: Option<Box<legacy::State>>,
+    pub policy: Option<Box<policy::State>>,
+}

@@ -1,0 +1,41 @@
+//! The MCP rules for a POST's body (see [`crate::mcp::rules`]): its era from the body, its
+//! headers against the body (-32020), its revision against the route's `versions` narrowed
+//! to what the pool's members speak (-32022), a well-formed JSON-RPC message. Its verdict
+//! (`ctx.request.message`, `ctx.request.era`) is what every later stage reads of the body.
+//! The HTTP+SSE messages endpoint serves legacy revisions only.
+
+use crate::error::{EdgeError, Rejection};
+use crate::mcp::rules::{check_post, Era};
+use crate::proxy::pipeline::{Admission, Flow, Stage};
+use crate::runtime::EndpointKind;
+
+pub struct Rules;
+
+impl Stage for Rules {
+    const NAME: &'static str = "rules";
+
+    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let request = &a.ctx.request;
+        let (Some(endpoint), Some(body)) = (&request.endpoint, &request.body) else {
+            return Ok(Flow::Next);
+        };
+        if endpoint.kind == EndpointKind::Passthrough {
+            return Ok(Flow::Next);
+        }
+        let headers = &a.session.req_header().headers;
+        let verdict = check_post(headers, body.bytes(), &endpoint.route.versions)?;
+        if endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy {
+            let detail = "the HTTP+SSE messages endpoint serves legacy revisions only";
+            return Err(Rejection::with_id(
+                EdgeError::InvalidRequest {
+                    detail: detail.into(),
+                },
+                verdict.id,
+            ));
+        }
+        a.ctx.labels.record(&verdict);
+        a.ctx.request.era = Some(verdict.era.clone());
+        a.ctx.request.message = Some(Box::new(verdict));
+        Ok(Flow::Next)
+    }
+}

@@ -1,0 +1,391 @@
+//! Pools and members: round-robin over healthy members, member sets that discovery can
+//! replace at run time, and per-member health (active checks and passive ejection).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use pingora::upstreams::peer::HttpPeer;
+
+use crate::mcp::versions::{Speaks, Spoken};
+use crate::net::tls::UpstreamTls;
+
+pub mod health;
+mod publish;
+
+pub use publish::forget_pool;
+
+/// How a pool learns its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Static(Vec<SocketAddr>),
+    /// `host:port`, re-resolved every `interval` (a Kubernetes headless Service → pod IPs).
+    Dns {
+        name: String,
+        interval: Duration,
+    },
+    /// A stdio server the edge runs; its member is the edge's local server for it.
+    Stdio(Arc<crate::stdio::Spec>),
+}
+
+/// How a pool's members are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthPolicy {
+    pub check: CheckKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive failed checks before a member is marked unhealthy.
+    pub unhealthy_after: u32,
+    /// Consecutive good checks before it is healthy again.
+    pub healthy_after: u32,
+    /// A member that refused a connection gets no new traffic for this long.
+    pub eject: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    None,
+    /// A TCP connect.
+    Tcp,
+    /// An MCP `server/discover` POST to this path; any HTTP answer below 500 is healthy.
+    Mcp {
+        path: String,
+    },
+}
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
+
+/// One upstream MCP server.
+#[derive(Debug)]
+pub struct Member {
+    pub addr: SocketAddr,
+    /// Stable identity for tokens, metrics and logs (`ip:port`).
+    pub label: String,
+    checked_ok: AtomicBool,
+    check_failures: AtomicU32,
+    check_successes: AtomicU32,
+    ejected_until_ms: AtomicU64,
+    /// Handles on this member's response series.
+    pub series: crate::metrics::MemberSeries,
+    /// What its health checks learned about the revisions it speaks.
+    pub speaks: Mutex<Speaks>,
+}
+
+impl Member {
+    pub fn new(addr: SocketAddr) -> Self {
+        Member {
+            addr,
+            label: addr.to_string(),
+            checked_ok: AtomicBool::new(true),
+            check_failures: AtomicU32::new(0),
+            check_successes: AtomicU32::new(0),
+            ejected_until_ms: AtomicU64::new(0),
+            series: Default::default(),
+            speaks: Mutex::default(),
+        }
+    }
+
+    /// What it speaks, as last learned.
+    pub fn speaks(&self) -> Speaks {
+        self.speaks.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Passes its active checks and is not ejected.
+    pub fn is_healthy(&self) -> bool {
+        self.checked_ok.load(Ordering::Relaxed)
+            && now_ms() >= self.ejected_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Passive ejection: a refused connection keeps new traffic away for `eject`.
+    pub fn record_connect_failure(&self, eject: Duration) {
+        self.ejected_until_ms
+            .store(now_ms() + eject.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Record an active check; returns the new verdict.
+    pub fn record_check(&self, ok: bool, policy: &HealthPolicy) -> bool {
+        if ok {
+            self.check_failures.store(0, Ordering::Relaxed);
+            let n = self.check_successes.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= policy.healthy_after {
+                self.checked_ok.store(true, Ordering::Relaxed);
+                // A good check also ends a passive ejection early.
+                self.ejected_until_ms.store(0, Ordering::Relaxed);
+            }
+        } else {
+            self.check_successes.store(0, Ordering::Relaxed);
+            let n = self.check_failures.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= policy.unhealthy_after {
+                self.checked_ok.store(false, Ordering::Relaxed);
+            }
+        }
+        self.is_healthy()
+    }
+}
+
+/// The outcome of choosing a member.
+#[derive(Debug)]
+pub enum Pick {
+    Member(Arc<Member>),
+    /// Healthy members exist, but this request already tried every one.
+    AllTried,
+    /// No member is healthy (or the pool is empty).
+    NoneHealthy,
+}
+
+/// A named set of members with a shared round-robin cursor.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    pub source: Source,
+    pub health: HealthPolicy,
+    members: ArcSwap<Vec<Arc<Member>>>,
+    next: AtomicUsize,
+    /// Handle on this pool's `mcp_edge_upstream_latency_seconds` series.
+    pub latency: std::sync::OnceLock<prometheus::Histogram>,
+    /// The members speak HTTPS (`[pools.tls]`).
+    pub tls: Option<Arc<UpstreamTls>>,
+    /// The `Host` members are sent instead of the client's.
+    pub host: Option<String>,
+    /// The revisions its healthy members speak; the routes on this pool read it.
+    pub spoken: Arc<ArcSwap<Spoken>>,
+    /// A stdio pool's processes, once started (see [`crate::stdio::start`]).
+    pub stdio: std::sync::OnceLock<Arc<crate::stdio::Group>>,
+}
+
+impl Pool {
+    pub fn new(name: String, source: Source, health: HealthPolicy) -> Self {
+        let members = match &source {
+            Source::Static(addrs) => addrs.iter().map(|a| Arc::new(Member::new(*a))).collect(),
+            Source::Dns { .. } | Source::Stdio(_) => Vec::new(),
+        };
+        Pool {
+            name,
+            source,
+            health,
+            members: ArcSwap::from_pointee(members),
+            next: AtomicUsize::new(0),
+            latency: Default::default(),
+            tls: None,
+            host: None,
+            spoken: Default::default(),
+            stdio: Default::default(),
+        }
+    }
+
+    /// The Pingora peer for one of this pool's members: plain, or TLS with the pool's SNI,
+    /// verification, CA bundle and client certificate. Requests and health checks both
+    /// connect through it, so a check fails where a request would.
+    pub fn peer(&self, member: &Member) -> HttpPeer {
+        let Some(tls) = &self.tls else {
+            return HttpPeer::new(member.addr, false, String::new());
+        };
+        let sni = tls
+            .sni
+            .clone()
+            .unwrap_or_else(|| member.addr.ip().to_string());
+        let mut peer = HttpPeer::new(member.addr, true, sni);
+        peer.options.verify_cert = tls.verify;
+        peer.options.verify_hostname = tls.verify;
+        peer.options.ca = tls.ca.clone();
+        peer.client_cert_key = tls.client.clone();
+        peer.group_key = tls.group;
+        peer
+    }
+
+    /// Ready: a healthy member (a stdio pool: its processes run).
+    pub fn ready(&self) -> bool {
+        if matches!(self.source, Source::Stdio(_)) {
+            return self.stdio.get().is_some_and(|g| g.ready());
+        }
+        self.members().iter().any(|m| m.is_healthy())
+    }
+
+    pub fn members(&self) -> Arc<Vec<Arc<Member>>> {
+        self.members.load_full()
+    }
+
+    /// Publish the member count and each member's health as metrics, and what the healthy
+    /// members speak to the routes.
+    pub fn publish(&self) {
+        let members = self.members();
+        let health: Vec<(&str, bool)> = members
+            .iter()
+            .map(|m| (m.label.as_str(), m.is_healthy()))
+            .collect();
+        publish::members(&self.name, &health);
+        // Learned only by `mcp` checks: after a reload to another check, nothing is.
+        let learning = matches!(self.health.check, CheckKind::Mcp { .. });
+        let speaks: Vec<Speaks> = members
+            .iter()
+            .filter(|m| learning && m.is_healthy())
+            .map(|m| m.speaks())
+            .collect();
+        let spoken = Spoken::combine(&speaks);
+        let before = self.spoken.load_full();
+        if *before == spoken {
+            return;
+        }
+        if before.modern != spoken.modern || before.legacy != spoken.legacy {
+            log::info!(
+                "pool {}: members speak {} (legacy: {})",
+                self.name,
+                spoken
+                    .modern
+                    .as_ref()
+                    .map_or("unknown modern revisions".to_string(), |m| m.join(", ")),
+                spoken
+                    .legacy
+                    .map_or("unknown", |l| if l { "yes" } else { "no" })
+            );
+            publish::spoken(&self.name, &spoken);
+        }
+        self.spoken.store(Arc::new(spoken));
+    }
+
+    pub fn find(&self, label: &str) -> Option<Arc<Member>> {
+        self.members
+            .load()
+            .iter()
+            .find(|m| m.label == label)
+            .cloned()
+    }
+
+    /// The next healthy member in round-robin order that this request has not tried.
+    pub fn pick(&self, tried: &[Arc<Member>]) -> Pick {
+        let members = self.members.load();
+        let n = members.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut any_healthy = false;
+        for k in 0..n {
+            let m = &members[(start + k) % n];
+            if !m.is_healthy() {
+                continue;
+            }
+            any_healthy = true;
+            if !tried.iter().any(|t| Arc::ptr_eq(t, m)) {
+                return Pick::Member(m.clone());
+            }
+        }
+        if any_healthy {
+            Pick::AllTried
+        } else {
+            Pick::NoneHealthy
+        }
+    }
+
+    /// Replace the member set (discovery). Members that stay keep their health state.
+    /// Returns true when the set changed.
+    pub fn set_members(&self, addrs: &[SocketAddr]) -> bool {
+        let current = self.members.load_full();
+        let mut wanted: Vec<SocketAddr> = addrs.to_vec();
+        wanted.sort();
+        wanted.dedup();
+        let mut have: Vec<SocketAddr> = current.iter().map(|m| m.addr).collect();
+        have.sort();
+        if have == wanted {
+            return false;
+        }
+        let next = wanted
+            .iter()
+            .map(|a| {
+                current
+                    .iter()
+                    .find(|m| m.addr == *a)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Member::new(*a)))
+            })
+            .collect();
+        self.members.store(Arc::new(next));
+        true
+    }
+
+    /// After a reload: take over the members (and their health) of the pool this one
+    /// replaces, when both describe the same source.
+    pub fn inherit(&self, old: &Pool) {
+        if self.source == old.source {
+            self.members.store(old.members());
+            self.spoken.store(old.spoken.load_full());
+            if let Some(group) = old.stdio.get() {
+                let _ = self.stdio.set(group.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> HealthPolicy {
+        HealthPolicy {
+            check: CheckKind::None,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+            unhealthy_after: 2,
+            healthy_after: 1,
+            eject: Duration::from_secs(60),
+        }
+    }
+
+    fn pool(n: u16) -> Pool {
+        let addrs = (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
+            .collect();
+        Pool::new("p".into(), Source::Static(addrs), policy())
+    }
+
+    fn port(p: Pick) -> u16 {
+        match p {
+            Pick::Member(m) => m.addr.port(),
+            other => panic!("expected a member, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn round_robin_visits_every_member() {
+        let p = pool(3);
+        let picks: Vec<_> = (0..6).map(|_| port(p.pick(&[]))).collect();
+        assert_eq!(picks, vec![9000, 9001, 9002, 9000, 9001, 9002]);
+    }
+
+    #[test]
+    fn skips_tried_and_unhealthy_members() {
+        let p = pool(3);
+        let m = p.members();
+        assert_eq!(port(p.pick(&[m[0].clone()])), 9001);
+        assert!(matches!(p.pick(&m), Pick::AllTried));
+        m[1].record_connect_failure(Duration::from_secs(60));
+        for _ in 0..4 {
+            assert_ne!(port(p.pick(&[])), 9001, "ejected member picked");
+        }
+        m[0].record_check(false, &policy());
+        assert!(m[0].is_healthy(), "one failed check is not enough");
+        m[0].record_check(false, &policy());
+        m[2].record_check(false, &policy());
+        m[2].record_check(false, &policy());
+        assert!(matches!(p.pick(&[]), Pick::NoneHealthy));
+        m[2].record_check(true, &policy());
+        assert_eq!(port(p.pick(&[])), 9002, "recovered");
+        assert!(matches!(pool(0).pick(&[]), Pick::NoneHealthy));
+    }
+
+    #[test]
+    fn discovery_keeps_health_of_members_that_stay() {
+        let p = pool(2);
+        let m0 = p.members()[0].clone();
+        m0.record_connect_failure(Duration::from_secs(60));
+        let a = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(p.set_members(&[a(9000), a(9005)]));
+        assert!(!p.set_members(&[a(9005), a(9000)]), "same set, other order");
+        assert!(Arc::ptr_eq(&p.find("127.0.0.1:9000").unwrap(), &m0));
+        assert!(p.find("127.0.0.1:9001").is_none(), "left the pool");
+        assert!(!p.find("127.0.0.1:9000").unwrap().is_healthy());
+    }
+}

@@ -1,0 +1,77 @@
+//! What a pool publishes as metrics: its members and their health, the revisions they speak,
+//! and, when a reload removed it, that it is gone.
+
+use std::collections::HashSet;
+
+use crate::mcp::versions::Spoken;
+use crate::metrics;
+
+/// A pool's members (label, healthy); drop series of members that left.
+pub fn members(pool: &str, members: &[(&str, bool)]) {
+    let m = metrics::get();
+    m.pools
+        .pool_members
+        .with_label_values(&[pool])
+        .set(members.len() as i64);
+    let now: HashSet<String> = members.iter().map(|(l, _)| l.to_string()).collect();
+    for (member, healthy) in members {
+        m.pools
+            .member_healthy
+            .with_label_values(&[pool, member])
+            .set(i64::from(*healthy));
+    }
+    let Ok(mut published) = m.published.lock() else {
+        return;
+    };
+    let before = published
+        .insert(pool.to_string(), now.clone())
+        .unwrap_or_default();
+    for gone in before.difference(&now) {
+        let _ = m.pools.member_healthy.remove_label_values(&[pool, gone]);
+    }
+}
+
+/// Which revisions a pool's members speak.
+pub fn spoken(pool: &str, spoken: &Spoken) {
+    let m = metrics::get();
+    for revision in crate::mcp::revisions() {
+        let speaks = if crate::mcp::is_legacy_version(revision) {
+            spoken.legacy
+        } else {
+            spoken
+                .modern
+                .as_ref()
+                .map(|list| list.iter().any(|v| v == revision))
+        };
+        match speaks {
+            Some(yes) => m
+                .pools
+                .revisions
+                .with_label_values(&[pool, revision])
+                .set(i64::from(yes)),
+            None => {
+                let _ = m.pools.revisions.remove_label_values(&[pool, revision]);
+            }
+        }
+    }
+}
+
+/// Drop every series of a pool that no longer exists (after a reload removed it).
+pub fn forget_pool(name: &str) {
+    let m = metrics::get();
+    let _ = m.stdio.processes.remove_label_values(&[name]);
+    let _ = m.stdio.exits.remove_label_values(&[name]);
+    for result in ["ok", "failed"] {
+        let _ = m.stdio.starts.remove_label_values(&[name, result]);
+    }
+    let _ = m.pools.pool_members.remove_label_values(&[name]);
+    for revision in crate::mcp::revisions() {
+        let _ = m.pools.revisions.remove_label_values(&[name, revision]);
+    }
+    let Ok(mut published) = m.published.lock() else {
+        return;
+    };
+    for member in published.remove(name).unwrap_or_default() {
+        let _ = m.pools.member_healthy.remove_label_values(&[name, &member]);
+    }
+}
