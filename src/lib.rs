@@ -74,7 +74,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    stdio::start(&config.runtime);
+    config.runtime.start_stdio();
     for pool in config.runtime.pools.values() {
         pool.publish();
     }

@@ -162,6 +162,26 @@ impl Runtime {
         }
     }
 
+    /// Start what this snapshot needs that the one it replaces did not hand over: a group
+    /// for every stdio pool (its member is the group's local address).
+    pub fn start_stdio(&self) {
+        for pool in self.pools.values() {
+            let crate::routing::Source::Stdio(spec) = &pool.source else {
+                continue;
+            };
+            if pool.stdio.get().is_some() {
+                continue;
+            }
+            match crate::stdio::launch(&pool.name, spec.clone()) {
+                Ok(group) => {
+                    pool.set_members(&[group.addr]);
+                    let _ = pool.stdio.set(group);
+                }
+                Err(e) => log::error!("stdio pool {}: cannot start: {e}", pool.name),
+            }
+        }
+    }
+
     /// Ready: every pool has at least one healthy member.
     pub fn ready(&self) -> bool {
         self.pools.values().all(|p| p.ready())

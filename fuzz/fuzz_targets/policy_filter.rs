@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_edge::identity::policy::{self, Policy, Rule};
+use mcp_edge::mcp::absent;
 use mcp_edge::mcp::lists::{self, Filtered, ListFilter};
 use mcp_edge::mcp::rewrite::Rewrite;
 use wildmatch::WildMatch;
@@ -65,12 +66,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for method in ["tools/call", "resources/read", "completion/complete"] {
-        if let Some(out) = lists::disguise(input, method) {
+        if let Some(out) = absent::disguise(input, method) {
             if serde_json::from_slice::<serde_json::Value>(input).is_ok() {
                 serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
             }
         }
     }
-    let _ = lists::restore_hidden(input);
+    let _ = absent::restore_hidden(input);
     let _ = lists::filter_subscriptions(input, &g);
 });

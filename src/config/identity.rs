@@ -9,7 +9,8 @@ use wildmatch::WildMatch;
 
 use super::file::{IdentitySection, PolicyRuleSection, RouteSection};
 use super::Errors;
-use crate::identity::jwt::{self, Jwks, JwksSource, JwtSettings, Verifier};
+use crate::identity::jwks::{Jwks, JwksSource};
+use crate::identity::jwt::{self, JwtSettings, Verifier};
 use crate::identity::keys::ApiKeys;
 use crate::identity::policy::{Policy, Rule};
 use crate::identity::rate::{Limiter, RateSettings};

@@ -9,6 +9,7 @@
 //!   which the edge serves itself when `authorization_servers` are configured.
 //! - What a principal may see and call is [`policy`]; how often, [`rate`].
 
+pub mod jwks;
 pub mod jwt;
 pub mod keys;
 pub mod policy;
@@ -97,7 +98,7 @@ pub struct Access {
     /// Pass the client's `Authorization` upstream.
     pub forward_credential: bool,
     pub policy: Option<policy::Policy>,
-    pub absent_as: crate::mcp::lists::AbsentAs,
+    pub absent_as: crate::mcp::absent::AbsentAs,
     pub rate: Option<rate::Limiter>,
 }
 

@@ -5,6 +5,7 @@
 //! - [`rules`]: era classification and the 2026-07-28 header/body rules.
 //! - [`origin`]: the `Origin` allowlist.
 
+pub mod absent;
 pub mod era;
 pub mod headers;
 pub mod json;

@@ -103,7 +103,7 @@ impl Reloader {
                 }
                 let old = self.runtime.load_full();
                 config.runtime.inherit(&old);
-                crate::stdio::start(&config.runtime);
+                config.runtime.start_stdio();
                 for pool in config.runtime.pools.values() {
                     pool.publish();
                 }

@@ -18,7 +18,6 @@ use serde_json::Value;
 
 use super::body::Body;
 use super::replay::{Handback, Stored};
-use super::rewrite::Rewriting;
 use super::stages;
 use crate::error::EdgeError;
 use crate::identity::Principal;
@@ -94,6 +93,13 @@ impl Ctx {
     pub fn route_name(&self) -> &str {
         self.route().map_or("none", |r| r.name.as_str())
     }
+}
+
+/// The rewrite of an answer's messages, and the memory it holds in the budget (see
+/// [`super::rewrite`]).
+pub struct Rewriting {
+    pub engine: crate::mcp::rewrite::Rewrite,
+    pub room: crate::net::budget::Reservation,
 }
 
 /// What admission learned about a request. Each field is written by the stage named.

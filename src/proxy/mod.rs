@@ -11,6 +11,7 @@ pub mod answer;
 pub mod body;
 pub mod ctx;
 pub mod pipeline;
+pub mod stage;
 pub mod replay;
 pub mod respond;
 pub mod rewrite;
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 use crate::mcp::media::{self, Media};
 use crate::runtime::Runtime;
 use ctx::Ctx;
-use pipeline::{Admission, Flow, Outbound};
+use stage::{Admission, Flow, Outbound};
 pub use stages::limits::Load;
 
 /// The edge: one per listener, sharing the runtime snapshot, the cutoff switch for event

@@ -9,15 +9,10 @@ use pingora::http::ResponseHeader;
 use crate::error::EdgeError;
 use crate::mcp::media::Media;
 use crate::mcp::rewrite::Transform;
-use crate::net::budget::{Holder, Reservation};
-use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::Stage;
+use crate::net::budget::Holder;
+use crate::proxy::ctx::{Ctx, Rewriting};
+use crate::proxy::stage::Stage;
 use crate::proxy::Edge;
-
-pub struct Rewriting {
-    engine: crate::mcp::rewrite::Rewrite,
-    room: Reservation,
-}
 
 /// Rewrite this answer's messages with `transform` too (after those added before). The
 /// body changes length, so Pingora re-frames it. False when the answer is neither JSON nor

@@ -12,7 +12,6 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use serde_json::value::RawValue;
 
-use super::group::{Group, Unavailable};
 use crate::error::{code, EdgeError};
 use crate::mcp::json;
 use crate::mcp::message::Message;
@@ -150,20 +149,7 @@ pub fn exited_body(id: Option<&RawValue>) -> String {
     jsonrpc::error(id_text(id), error.code(), &error.message(), None)
 }
 
-/// No process can take the request: a 503 the client may retry.
-pub fn unavailable(group: &Group, why: Unavailable, id: Option<&RawValue>) -> Response<Body> {
-    let detail = match why {
-        Unavailable::Full => format!(
-            "mcp-edge: stdio pool {} runs max_processes ({}) processes; try again later",
-            group.name, group.spec.max_processes
-        ),
-        Unavailable::NoProcess(why) if why.is_empty() => {
-            format!("mcp-edge: stdio pool {} has no running process", group.name)
-        }
-        Unavailable::NoProcess(why) => format!("mcp-edge: stdio pool {}: {why}", group.name),
-        Unavailable::Refused(_) => {
-            format!("mcp-edge: stdio pool {}: initialize refused", group.name)
-        }
-    };
+/// No process can take the request (`detail` says why): a 503 the client may retry.
+pub fn unavailable(detail: String, id: Option<&RawValue>) -> Response<Body> {
     edge_error(EdgeError::StdioUnavailable { detail }, id)
 }

@@ -10,18 +10,19 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::watch;
 
-use super::process::{Proc, StartError};
+use super::process::Proc;
 use super::{now_ms, Isolation, Spec};
+
 
 /// The `initialize` params the edge sends a process it initialises itself: no client
 /// capabilities, since a server's request could not be told apart by client.
-const EDGE_INIT: &str = concat!(
+pub(super) const EDGE_INIT: &str = concat!(
     r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge","version":""#,
     env!("CARGO_PKG_VERSION"),
     r#""}}"#
@@ -54,6 +55,11 @@ impl Session {
     pub fn touch(&self) {
         self.last_used.store(now_ms(), Ordering::Relaxed);
     }
+
+    /// Opened by `caller` (a session is its caller's alone).
+    pub fn owned_by(&self, caller: &str) -> bool {
+        self.caller == caller
+    }
 }
 
 pub enum Target {
@@ -65,9 +71,9 @@ pub enum Target {
     Own(Arc<Proc>),
 }
 
-type Start = Shared<BoxFuture<'static, Result<Arc<Proc>, String>>>;
+pub(super) type Start = Shared<BoxFuture<'static, Result<Arc<Proc>, String>>>;
 
-enum Caller {
+pub(super) enum Caller {
     Starting(Start),
     Running(Arc<Proc>),
 }
@@ -77,18 +83,18 @@ pub struct Group {
     pub spec: Arc<Spec>,
     pub addr: SocketAddr,
     pub secret: String,
-    slots: Vec<watch::Receiver<Option<Arc<Proc>>>>,
-    callers: Mutex<HashMap<String, Caller>>,
-    sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
+    pub(super) slots: Vec<watch::Receiver<Option<Arc<Proc>>>>,
+    pub(super) callers: Mutex<HashMap<String, Caller>>,
+    pub(super) sessions: Mutex<HashMap<Arc<str>, Arc<Session>>>,
     /// On-demand processes running or starting (`max_processes` bounds it).
-    on_demand: AtomicUsize,
-    next: AtomicUsize,
-    stop: watch::Sender<bool>,
+    pub(super) on_demand: AtomicUsize,
+    pub(super) next: AtomicUsize,
+    pub(super) stop: watch::Sender<bool>,
     /// The last start failed (readiness; requests do not wait for a start then).
-    failing: Arc<AtomicBool>,
+    pub(super) failing: Arc<AtomicBool>,
     /// A probe start is running (`per_principal` readiness).
-    probing: AtomicBool,
-    handle: tokio::runtime::Handle,
+    pub(super) probing: AtomicBool,
+    pub(super) handle: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Group {
@@ -107,70 +113,59 @@ pub enum Unavailable {
     Refused(String),
 }
 
+impl Unavailable {
+    /// What the client is told (it may try again).
+    pub fn detail(self, group: &Group) -> String {
+        let pool = &group.name;
+        match self {
+            Unavailable::Full => format!(
+                "mcp-edge: stdio pool {pool} runs max_processes ({}) processes; try again later",
+                group.spec.max_processes
+            ),
+            Unavailable::NoProcess(why) if why.is_empty() => {
+                format!("mcp-edge: stdio pool {pool} has no running process")
+            }
+            Unavailable::NoProcess(why) => format!("mcp-edge: stdio pool {pool}: {why}"),
+            Unavailable::Refused(_) => format!("mcp-edge: stdio pool {pool}: initialize refused"),
+        }
+    }
+}
+
 impl Group {
     /// Bind the local listener, start the shared processes' supervisors and the server.
-    pub fn start(
+    /// A group for `spec` whose server listens at `addr` (not started: [`super::launch`]),
+    /// and the senders of its shared slots.
+    pub(super) fn new(
         handle: &tokio::runtime::Handle,
         name: &str,
         spec: Arc<Spec>,
-    ) -> std::io::Result<Arc<Group>> {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        let (stop, stopped) = watch::channel(false);
-        let name: Arc<str> = Arc::from(name);
+        addr: std::net::SocketAddr,
+        stop: watch::Sender<bool>,
+    ) -> std::io::Result<(Arc<Group>, Vec<watch::Sender<Option<Arc<Proc>>>>)> {
         let shared = match spec.isolation {
             Isolation::PerPrincipal => 0,
             _ => spec.processes,
         };
-        let mut slots = Vec::new();
-        let mut senders = Vec::new();
-        for _ in 0..shared {
-            let (tx, rx) = watch::channel(None);
-            slots.push(rx);
-            senders.push(tx);
-        }
-        let failing = Arc::new(AtomicBool::new(false));
+        let (senders, slots): (Vec<_>, Vec<_>) = (0..shared).map(|_| watch::channel(None)).unzip();
         let mut secret = [0u8; 24];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
             .map_err(|_| std::io::Error::other("no randomness for the pool's secret"))?;
         let group = Arc::new(Group {
-            name: name.clone(),
-            spec: spec.clone(),
+            name: Arc::from(name),
+            spec,
             addr,
-            secret: hex(&secret),
+            secret: super::hex(&secret),
             slots,
             callers: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
             on_demand: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             stop,
-            failing: failing.clone(),
+            failing: Arc::new(AtomicBool::new(false)),
             probing: AtomicBool::new(false),
             handle: handle.clone(),
         });
-        crate::metrics::stdio_processes(&name, 0);
-        for (i, tx) in senders.into_iter().enumerate() {
-            handle.spawn(supervise(
-                Arc::downgrade(&group),
-                i,
-                tx,
-                stopped.clone(),
-                failing.clone(),
-            ));
-        }
-        let _guard = handle.enter();
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        handle.spawn(super::server::serve(
-            listener,
-            Arc::downgrade(&group),
-            stopped.clone(),
-        ));
-        handle.spawn(reap(Arc::downgrade(&group), stopped));
-        if group.slots.is_empty() {
-            group.probe();
-        }
-        Ok(group)
+        Ok((group, senders))
     }
 
     /// Ready: a shared process runs; with none configured, the command starts and answers
@@ -180,38 +175,6 @@ impl Group {
             return !self.failing.load(Ordering::Relaxed) && !self.probing.load(Ordering::Relaxed);
         }
         self.slots.iter().any(|s| live(s).is_some())
-    }
-
-    /// Start a process, initialise it and stop it, until that works once: the readiness of
-    /// a pool whose processes start on demand.
-    fn probe(self: &Arc<Self>) {
-        if self.probing.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let group = Arc::downgrade(self);
-        self.handle.spawn(async move {
-            let mut backoff = Duration::from_millis(500);
-            loop {
-                let Some(g) = group.upgrade() else { return };
-                if *g.stop.borrow() {
-                    return;
-                }
-                match g.start_initialised(None, EDGE_INIT, false).await {
-                    Ok(p) => {
-                        g.probing.store(false, Ordering::Relaxed);
-                        g.stop_detached(p);
-                        if g.failing.load(Ordering::Relaxed) {
-                            // A start failed meanwhile: probing again.
-                            g.probe();
-                        }
-                        return;
-                    }
-                    Err(_) => drop(g),
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-            }
-        });
     }
 
     /// A shared process for a request without a session: round-robin over the running
@@ -271,7 +234,7 @@ impl Group {
 
     /// Take a place for an on-demand process, within `max_processes` (idle ones are
     /// reaped first when there is none).
-    async fn reserve(&self) -> Result<(), Unavailable> {
+    pub(super) async fn reserve(&self) -> Result<(), Unavailable> {
         for attempt in 0..2 {
             let max = self.spec.max_processes;
             let took = self
@@ -290,7 +253,7 @@ impl Group {
         Err(Unavailable::Full)
     }
 
-    fn release(&self) {
+    pub(super) fn release(&self) {
         let _ = self
             .on_demand
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
@@ -438,67 +401,6 @@ impl Group {
             .unwrap_or_else(|e| Err(Unavailable::NoProcess(format!("the start failed: {e}"))))
     }
 
-    /// Start and initialise a process. `on_demand`: a failure is the client's own (its
-    /// `initialize`) or the command's: only the command's marks the pool failing.
-    async fn start_initialised(
-        self: &Arc<Self>,
-        owner: Option<Arc<str>>,
-        params: &str,
-        on_demand: bool,
-    ) -> Result<Arc<Proc>, StartError> {
-        // A process for one session is initialised with the client's own `initialize`: how
-        // that goes is the client's business, not the pool's health.
-        let on_demand_session = owner.is_some();
-        let private = owner.is_some() || self.spec.isolation == Isolation::PerPrincipal;
-        let started = match Proc::spawn(&self.spec, self.name.clone(), owner, private) {
-            Ok(p) => p,
-            Err(e) => {
-                self.failed(on_demand, &format!("cannot start: {e}"));
-                return Err(StartError {
-                    message: format!("cannot start: {e}"),
-                    refused: None,
-                });
-            }
-        };
-        match started.initialize(params, self.spec.start_timeout).await {
-            Ok(_) => {
-                self.failing.store(false, Ordering::Relaxed);
-                crate::metrics::stdio_start(&self.name, true);
-                Ok(started)
-            }
-            Err(e) => {
-                started.stop(self.spec.stop_grace).await;
-                if e.refused.is_some() || on_demand_session {
-                    // The server refused this client's initialize: the client hears why.
-                    log::warn!(
-                        "stdio pool {}: process {}: the client's initialize failed: {}",
-                        self.name,
-                        started.pid,
-                        e.message
-                    );
-                    crate::metrics::stdio_start(&self.name, false);
-                } else {
-                    self.failed(
-                        on_demand,
-                        &format!("process {}: {}", started.pid, e.message),
-                    );
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn failed(self: &Arc<Self>, on_demand: bool, why: &str) {
-        log::error!("stdio pool {}: {why}", self.name);
-        // Failing before counted: whoever sees the count sees the pool failing.
-        self.failing.store(true, Ordering::Relaxed);
-        crate::metrics::stdio_start(&self.name, false);
-        if on_demand && self.slots.is_empty() {
-            // Readiness comes back once a probe start works again.
-            self.probe();
-        }
-    }
-
     /// The process a session's requests go to; `None` when it is gone (its own process
     /// ended).
     pub async fn session_process(
@@ -546,65 +448,8 @@ impl Group {
         }
     }
 
-    /// Stop a process in a task of its own: the stop (SIGKILL after the grace) runs to its
-    /// end even if whoever asked for it (a client's request) goes away.
-    fn stop_detached(&self, p: Arc<Proc>) {
-        let grace = self.spec.stop_grace;
-        self.handle.spawn(async move { p.stop(grace).await });
-    }
-
-    /// Stop on-demand processes and forget sessions unused for `idle` (all idle ones
-    /// beyond half of it when `pressed` by `max_processes`). Sessions whose own process
-    /// ended, and callers' processes that ended, go at once.
-    async fn reap_idle(&self, pressed: bool) {
-        let idle = self.spec.idle.as_millis() as u64;
-        let cutoff = now_ms().saturating_sub(if pressed { idle / 2 } else { idle });
-        let stale: Vec<Arc<str>> = self
-            .lock_sessions()
-            .values()
-            .filter(|s| match &s.target {
-                Target::Own(p) if !p.is_alive() => true,
-                Target::Own(p) => {
-                    s.last_used.load(Ordering::Relaxed) < cutoff && p.in_flight() == 0
-                }
-                _ => s.last_used.load(Ordering::Relaxed) < cutoff,
-            })
-            .map(|s| s.id.clone())
-            .collect();
-        for id in stale {
-            self.end_session(&id).await;
-        }
-        let idle_callers: Vec<Arc<Proc>> = {
-            let mut callers = self.lock_callers();
-            let gone: Vec<String> = callers
-                .iter()
-                .filter(|(_, c)| match c {
-                    Caller::Running(p) => {
-                        !p.is_alive()
-                            || (p.last_used.load(Ordering::Relaxed) < cutoff && p.in_flight() == 0)
-                    }
-                    Caller::Starting(_) => false,
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            gone.iter()
-                .filter_map(|k| match callers.remove(k) {
-                    Some(Caller::Running(p)) => Some(p),
-                    _ => None,
-                })
-                .collect()
-        };
-        if !idle_callers.is_empty() {
-            for p in idle_callers {
-                self.release();
-                self.stop_detached(p);
-            }
-            self.publish();
-        }
-    }
-
     /// `mcp_edge_stdio_processes{pool}`: processes running now.
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         let shared = self.slots.iter().filter(|s| live(s).is_some()).count();
         let callers = self
             .lock_callers()
@@ -619,143 +464,20 @@ impl Group {
         crate::metrics::stdio_processes(&self.name, (shared + callers + owned) as i64);
     }
 
-    /// Every process of the group, to stop.
-    fn all(&self) -> Vec<Arc<Proc>> {
-        let mut all: Vec<Arc<Proc>> = self.slots.iter().filter_map(live).collect();
-        all.extend(self.lock_callers().drain().filter_map(|(_, c)| match c {
-            Caller::Running(p) => Some(p),
-            Caller::Starting(_) => None,
-        }));
-        all.extend(
-            self.lock_sessions()
-                .drain()
-                .filter_map(|(_, s)| match &s.target {
-                    Target::Own(p) => Some(p.clone()),
-                    _ => None,
-                }),
-        );
-        all
-    }
-
-    /// Stop every process (shutdown).
-    pub async fn stop(&self) {
-        let _ = self.stop.send(true);
-        let all = self.all();
-        let grace = self.spec.stop_grace;
-        futures::future::join_all(all.iter().map(|p| p.stop(grace))).await;
-        crate::metrics::stdio_processes(&self.name, 0);
-    }
-
     pub fn stop_grace(&self) -> Duration {
         self.spec.stop_grace
     }
 
-    fn lock_callers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
+    pub(super) fn lock_callers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
         self.callers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Session>>> {
+    pub(super) fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Drop for Group {
-    /// The pool left the configuration: its processes stop.
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        let all = self.all();
-        let grace = self.spec.stop_grace;
-        self.handle.spawn(async move {
-            futures::future::join_all(all.iter().map(|p| p.stop(grace))).await;
-        });
-    }
-}
-
-fn live(slot: &watch::Receiver<Option<Arc<Proc>>>) -> Option<Arc<Proc>> {
+pub(super) fn live(slot: &watch::Receiver<Option<Arc<Proc>>>) -> Option<Arc<Proc>> {
     slot.borrow().as_ref().filter(|p| p.is_alive()).cloned()
 }
 
-/// Keep shared slot `i` running: start, initialise, wait for the end, back off, again.
-async fn supervise(
-    group: Weak<Group>,
-    i: usize,
-    slot: watch::Sender<Option<Arc<Proc>>>,
-    mut stopped: watch::Receiver<bool>,
-    failing: Arc<AtomicBool>,
-) {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MOST: Duration = Duration::from_secs(30);
-    let mut backoff = FIRST;
-    loop {
-        if *stopped.borrow() {
-            return;
-        }
-        let Some(g) = group.upgrade() else { return };
-        let (pool, spec) = (g.name.clone(), g.spec.clone());
-        let began = tokio::time::Instant::now();
-        let started = g.start_initialised(None, EDGE_INIT, false).await;
-        drop(g);
-        if let Ok(proc) = started {
-            log::info!(
-                "stdio pool {pool}: process {} (slot {i}) ready, speaking {}",
-                proc.pid,
-                proc.init.get().map_or("?", |i| i.version.as_str())
-            );
-            failing.store(false, Ordering::Relaxed);
-            slot.send_replace(Some(proc.clone()));
-            if let Some(g) = group.upgrade() {
-                g.publish();
-            }
-            tokio::select! {
-                _ = proc.ended() => {}
-                _ = until(&mut stopped) => {
-                    proc.stop(spec.stop_grace).await;
-                    slot.send_replace(None);
-                    return;
-                }
-            }
-            slot.send_replace(None);
-            // Ended on its own, or closed its stdout: either way it is stopped for good.
-            proc.stop(spec.stop_grace).await;
-            crate::metrics::stdio_exit(&pool);
-            if let Some(g) = group.upgrade() {
-                g.publish();
-            }
-        }
-        // A process that ran a while starts again at once; one that keeps failing waits
-        // longer each time.
-        if began.elapsed() > MOST {
-            backoff = FIRST;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = until(&mut stopped) => return,
-        }
-        backoff = (backoff * 2).min(MOST);
-    }
-}
-
-/// Reap idle sessions and on-demand processes while the group lives.
-async fn reap(group: Weak<Group>, mut stopped: watch::Receiver<bool>) {
-    loop {
-        let every = match group.upgrade() {
-            Some(g) => (g.spec.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            None => return,
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = until(&mut stopped) => return,
-        }
-        let Some(g) = group.upgrade() else { return };
-        g.reap_idle(false).await;
-        g.publish();
-    }
-}
-
-async fn until(stopped: &mut watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|s| *s).await;
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}

@@ -26,15 +26,17 @@
 //! then SIGKILL after `stop_grace_ms`.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 mod answers;
+pub mod calls;
+mod exchange;
 pub mod group;
 pub mod process;
 mod server;
+mod supervise;
 
 pub use group::Group;
 
@@ -101,28 +103,31 @@ fn handle() -> Option<tokio::runtime::Handle> {
 /// Every group started, for [`stop_all`].
 static GROUPS: Mutex<Vec<Weak<Group>>> = Mutex::new(Vec::new());
 
-/// Start what a new runtime snapshot needs: a group for every stdio pool that did not take
-/// one over from the snapshot it replaces. Its member is the group's local address.
-pub fn start(runtime: &crate::runtime::Runtime) {
-    for pool in runtime.pools.values() {
-        let crate::routing::Source::Stdio(spec) = &pool.source else {
-            continue;
-        };
-        if pool.stdio.get().is_some() {
-            continue;
-        }
-        let Some(handle) = handle() else { return };
-        match Group::start(&handle, &pool.name, spec.clone()) {
-            Ok(group) => {
-                pool.set_members(&[group.addr]);
-                let _ = pool.stdio.set(group.clone());
-                let mut groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
-                groups.retain(|g| g.strong_count() > 0);
-                groups.push(Arc::downgrade(&group));
-            }
-            Err(e) => log::error!("stdio pool {}: cannot start: {e}", pool.name),
-        }
+/// Start a pool's group: its local server, the supervisors of its shared processes, its
+/// reaper (and, without shared processes, the probe that tells readiness).
+pub fn launch(name: &str, spec: Arc<Spec>) -> std::io::Result<Arc<Group>> {
+    let handle = handle().ok_or_else(|| std::io::Error::other("no runtime for stdio pools"))?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (group, slots) = Group::new(&handle, name, spec, addr, stop)?;
+    crate::metrics::stdio_processes(&group.name, 0);
+    for (i, tx) in slots.into_iter().enumerate() {
+        let (weak, stopped) = (Arc::downgrade(&group), stopped.clone());
+        handle.spawn(supervise::supervise(weak, i, tx, stopped, group.failing.clone()));
     }
+    let _guard = handle.enter();
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    handle.spawn(server::serve(listener, Arc::downgrade(&group), stopped.clone()));
+    handle.spawn(supervise::reap(Arc::downgrade(&group), stopped));
+    if group.slots.is_empty() {
+        group.probe();
+    }
+    let mut groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    groups.retain(|g| g.strong_count() > 0);
+    groups.push(Arc::downgrade(&group));
+    Ok(group)
 }
 
 /// Stop every process of every group (shutdown): SIGTERM, then SIGKILL after each group's
@@ -162,13 +167,13 @@ pub fn mark(
 ) -> pingora::Result<()> {
     upstream.insert_header(SECRET_HEADER, group.secret.as_str())?;
     match binding {
-        Some(b) => upstream.insert_header(CALLER_HEADER, group::hex(&b))?,
+        Some(b) => upstream.insert_header(CALLER_HEADER, hex(&b))?,
         None => upstream.insert_header(CALLER_HEADER, "anonymous")?,
     }
     Ok(())
 }
 
-/// The member address of a group (tests).
-pub fn address(pool: &crate::routing::Pool) -> Option<SocketAddr> {
-    pool.stdio.get().map(|g| g.addr)
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

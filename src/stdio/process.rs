@@ -1,9 +1,6 @@
 //! One stdio server process: its pipes, the requests it owes answers to, and its end.
 //!
-//! - Every request written to it gets a number unique in this process as its `id` (and as
-//!   its `progressToken`, when it has one), so requests from many clients share it; the
-//!   answer and its progress go back to the one request with that number, with the
-//!   client's own id and token put back.
+//! - The requests it owes answers to, and where what it writes goes, are its [`Calls`].
 //! - Lines on stdout are messages (newline-delimited JSON, at most [`MAX_LINE`] bytes; a
 //!   longer one ends the process, as a server that broke the framing). stderr goes to the
 //!   log, prefixed with the pool and the process id.
@@ -15,60 +12,27 @@
 //! - What waits to be written to its stdin is bounded in bytes ([`MAX_QUEUED`]); over it a
 //!   request is refused as busy, never queued.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
+use super::calls::{Call, CallError, Calls, Out, Serves};
 use super::Spec;
-use crate::error::code;
-use crate::mcp::json;
 use crate::mcp::jsonrpc;
-use crate::mcp::message::{numbered, Message, Numbered};
+use crate::mcp::message::Message;
 
 /// The longest stdout line read (a message).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
-/// Events (progress, notifications) queued for a slow client before newer ones are dropped.
-const EVENTS_QUEUED: usize = 64;
 /// Bytes waiting for the process's stdin at most (a line alone may be longer).
 pub const MAX_QUEUED: usize = 8 * 1024 * 1024;
 /// The edge's environment variables a process gets (as the MCP SDKs' stdio clients pass).
 pub const PASSED_ENV: &[&str] = &[
     "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR",
 ];
-
-/// What a waiting request receives at its end.
-#[derive(Debug)]
-pub enum Out {
-    /// The answer, with the client's id back.
-    Final(String),
-    /// The process ended before answering.
-    Exited,
-    /// The client cancelled it (`notifications/cancelled`).
-    Cancelled,
-}
-
-/// A request the process owes an answer to.
-struct Pending {
-    /// The client's id and progress token, as written.
-    id: String,
-    token: Option<String>,
-    /// The legacy session it came from.
-    session: Option<Arc<str>>,
-    events: Option<mpsc::Sender<String>>,
-    done: oneshot::Sender<Out>,
-}
-
-/// A request in flight: its number, its events and its answer.
-pub struct Call {
-    pub number: u64,
-    pub events: Option<mpsc::Receiver<String>>,
-    pub done: oneshot::Receiver<Out>,
-}
 
 /// What the process said at `initialize`.
 #[derive(Debug, Clone)]
@@ -83,23 +47,14 @@ pub struct Proc {
     pub pool: Arc<str>,
     pub pid: u32,
     stdin: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, Pending>>,
-    next: AtomicU64,
+    /// The requests it owes answers to.
+    calls: Calls,
     pub init: std::sync::OnceLock<Init>,
     exited: watch::Receiver<bool>,
     /// stdout closed: nothing more will be answered.
     closed: watch::Receiver<bool>,
-    /// Serves one caller (its session's, `per_session`, or its principal's): the server's
-    /// own notifications all go to its sessions. A process serving everyone passes on only
-    /// list changes.
-    private: bool,
     /// Bytes queued for stdin.
     queued: Arc<AtomicUsize>,
-    /// The legacy session that owns it (`per_session`): its streams get the process's own
-    /// requests and notifications.
-    pub owner: Option<Arc<str>>,
-    /// Open standalone (GET) streams of sessions on this process.
-    listeners: Mutex<Vec<(Arc<str>, mpsc::Sender<String>)>>,
     /// Last use, in [`super::now_ms`] time.
     pub last_used: AtomicU64,
     stopping: AtomicBool,
@@ -111,16 +66,6 @@ impl std::fmt::Debug for Proc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "stdio process {} of pool {}", self.pid, self.pool)
     }
-}
-
-#[derive(Debug)]
-pub enum CallError {
-    /// The process has ended (or its stdin is closed).
-    Exited,
-    /// The message could not be rewritten (not a single JSON-RPC object).
-    Unreadable,
-    /// Its stdin is [`MAX_QUEUED`] behind.
-    Busy,
 }
 
 /// Why a process could not be initialised.
@@ -145,8 +90,7 @@ impl Proc {
     pub fn spawn(
         spec: &Spec,
         pool: Arc<str>,
-        owner: Option<Arc<str>>,
-        private: bool,
+        serves: Serves,
     ) -> std::io::Result<Arc<Proc>> {
         let (program, args) = spec
             .command
@@ -186,15 +130,11 @@ impl Proc {
             pool: pool.clone(),
             pid,
             stdin: lines,
-            pending: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(1),
+            calls: Calls::new(serves),
             init: Default::default(),
             exited,
             closed,
-            private,
             queued: queued.clone(),
-            owner,
-            listeners: Mutex::new(Vec::new()),
             last_used: AtomicU64::new(super::now_ms()),
             stopping: AtomicBool::new(false),
             deaf: AtomicBool::new(false),
@@ -230,7 +170,81 @@ impl Proc {
 
     /// Serves one caller only.
     pub fn is_private(&self) -> bool {
-        self.private
+        self.calls.serves().private
+    }
+
+    /// The legacy session that owns it (`per_session`).
+    pub fn owner(&self) -> Option<&Arc<str>> {
+        self.calls.serves().owner.as_ref()
+    }
+
+    /// Write a client's request (`text`, one JSON-RPC request) with a number of this
+    /// process's as its id and progress token.
+    pub fn request(
+        &self,
+        text: &str,
+        session: Option<Arc<str>>,
+        with_events: bool,
+    ) -> Result<Call, CallError> {
+        let (line, call) = self.calls.register(text, session, with_events)?;
+        self.touch();
+        // Registered before this check, or answered by `fail_pending`: never both missed.
+        if self.deaf.load(Ordering::SeqCst) {
+            self.calls.forget(call.number);
+            return Err(CallError::Exited);
+        }
+        if let Err(e) = self.send_line(&line) {
+            self.calls.forget(call.number);
+            return Err(e);
+        }
+        Ok(call)
+    }
+
+    /// Write a line to the process: a client's notification or response as written, or the
+    /// edge's own.
+    pub fn send_line(&self, text: &str) -> Result<(), CallError> {
+        let mut line = Vec::with_capacity(text.len() + 1);
+        line.extend(text.bytes().filter(|b| *b != b'\n' && *b != b'\r'));
+        line.push(b'\n');
+        let len = line.len();
+        let before = self.queued.fetch_add(len, Ordering::Relaxed);
+        if before > 0 && before + len > MAX_QUEUED {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return Err(CallError::Busy);
+        }
+        self.stdin.send(line).map_err(|_| {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            CallError::Exited
+        })
+    }
+
+    /// The client gave up on request `number` (closed its stream): tell the server.
+    pub fn cancel(&self, number: u64) {
+        if let Some(line) = self.calls.cancel(number) {
+            let _ = self.send_line(&line);
+        }
+    }
+
+    /// A client's `notifications/cancelled` (`text`) for one of its requests: forwarded
+    /// with the process's number for it, if the request is still waiting.
+    pub fn forward_cancel(&self, text: &str, session: Option<&str>) {
+        if let Some(line) = self.calls.forward_cancel(text, session) {
+            let _ = self.send_line(&line);
+        }
+    }
+
+    /// A session's standalone stream (see [`Calls::listen`]).
+    pub fn listen(&self, session: Arc<str>, sink: mpsc::Sender<String>) -> bool {
+        self.calls.listen(session, sink)
+    }
+
+    pub fn unlisten(&self, session: &str) {
+        self.calls.unlisten(session)
+    }
+
+    /// Requests still waiting for an answer.
+    pub fn in_flight(&self) -> usize {
+        self.calls.in_flight()
     }
 
     pub fn is_alive(&self) -> bool {
@@ -261,7 +275,7 @@ impl Proc {
         let answer = tokio::select! {
             a = call.done => a.map_err(|_| StartError::new("no answer"))?,
             _ = tokio::time::sleep(timeout) => {
-                self.forget(call.number);
+                self.calls.forget(call.number);
                 return Err(StartError::new(format!("no answer to initialize within {} ms", timeout.as_millis())));
             }
         };
@@ -276,125 +290,6 @@ impl Proc {
             .map_err(|_| StartError::new("the process ended after initialize"))?;
         let _ = self.init.set(init.clone());
         Ok(init)
-    }
-
-    /// Write a client's request (`text`, one JSON-RPC request) with a number of this
-    /// process's as its id and progress token.
-    pub fn request(
-        &self,
-        text: &str,
-        session: Option<Arc<str>>,
-        with_events: bool,
-    ) -> Result<Call, CallError> {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let Numbered { line, id, token } = numbered(text, number).ok_or(CallError::Unreadable)?;
-        let (done_tx, done) = oneshot::channel();
-        let (events_tx, events) = if with_events {
-            let (tx, rx) = mpsc::channel(EVENTS_QUEUED);
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        self.lock_pending().insert(
-            number,
-            Pending {
-                id,
-                token,
-                session,
-                events: events_tx,
-                done: done_tx,
-            },
-        );
-        self.last_used.store(super::now_ms(), Ordering::Relaxed);
-        // Registered before this check, or answered by `fail_pending`: never both missed.
-        if self.deaf.load(Ordering::SeqCst) {
-            self.forget(number);
-            return Err(CallError::Exited);
-        }
-        if let Err(e) = self.send_line(&line) {
-            self.forget(number);
-            return Err(e);
-        }
-        Ok(Call {
-            number,
-            events,
-            done,
-        })
-    }
-
-    /// Forward a client's notification or response (`text`), as written.
-    pub fn send_line(&self, text: &str) -> Result<(), CallError> {
-        let mut line = Vec::with_capacity(text.len() + 1);
-        line.extend(text.bytes().filter(|b| *b != b'\n' && *b != b'\r'));
-        line.push(b'\n');
-        let len = line.len();
-        let before = self.queued.fetch_add(len, Ordering::Relaxed);
-        if before > 0 && before + len > MAX_QUEUED {
-            self.queued.fetch_sub(len, Ordering::Relaxed);
-            return Err(CallError::Busy);
-        }
-        self.stdin.send(line).map_err(|_| {
-            self.queued.fetch_sub(len, Ordering::Relaxed);
-            CallError::Exited
-        })
-    }
-
-    /// The client gave up on request `number` (closed its stream): tell the server.
-    pub fn cancel(&self, number: u64) {
-        if self.lock_pending().remove(&number).is_some() {
-            let params = format!(r#"{{"requestId":{number},"reason":"the client went away"}}"#);
-            let _ = self.send_line(&jsonrpc::notification("notifications/cancelled", &params));
-        }
-    }
-
-    /// A client's `notifications/cancelled` (`text`) for one of its requests: forwarded
-    /// with the process's number for it, if the request is still waiting.
-    pub fn forward_cancel(&self, text: &str, session: Option<&str>) {
-        let Some(msg) = Message::parse(text) else {
-            return;
-        };
-        let Some(request_id) = msg.param("requestId") else {
-            return;
-        };
-        let number = {
-            let pending = self.lock_pending();
-            pending
-                .iter()
-                .find(|(_, p)| p.id == request_id.get() && p.session.as_deref() == session)
-                .map(|(n, _)| *n)
-        };
-        let Some(number) = number else {
-            return;
-        };
-        let number_text = number.to_string();
-        if let Some(line) = json::splice_str(text, &[(request_id.get(), &number_text)]) {
-            if let Some(p) = self.lock_pending().remove(&number) {
-                let _ = p.done.send(Out::Cancelled);
-            }
-            let _ = self.send_line(&line);
-        }
-    }
-
-    /// Forget request `number` without telling the server (it timed out at the edge).
-    pub fn forget(&self, number: u64) {
-        self.lock_pending().remove(&number);
-    }
-
-    /// A session's standalone stream: the process's own messages for it.
-    /// False when the session already has one open (the client gets 409, as from an SDK
-    /// server).
-    pub fn listen(&self, session: Arc<str>, sink: mpsc::Sender<String>) -> bool {
-        let mut listeners = self.lock_listeners();
-        listeners.retain(|(_, tx)| !tx.is_closed());
-        if listeners.iter().any(|(s, _)| *s == session) {
-            return false;
-        }
-        listeners.push((session, sink));
-        true
-    }
-
-    pub fn unlisten(&self, session: &str) {
-        self.lock_listeners().retain(|(s, _)| &**s != session);
     }
 
     /// Ask the process to stop (SIGTERM to its group), and kill the group (SIGKILL) if it
@@ -460,7 +355,9 @@ impl Proc {
         }
     }
 
-    /// One message from the process.
+    /// Count a use (a request's end, a session's activity) against the idle reaper.
+    /// One message from the process: to its request or sessions; what the server asked that
+    /// nobody takes is answered here.
     fn deliver(&self, text: &str) {
         let Some(msg) = Message::parse(text) else {
             log::warn!(
@@ -471,121 +368,21 @@ impl Proc {
             );
             return;
         };
-        if msg.is_response() {
-            let number = msg.id.and_then(|id| id.get().parse::<u64>().ok());
-            let Some(pending) = number.and_then(|n| self.lock_pending().remove(&n)) else {
-                return;
-            };
-            let Some(id) = msg.id else { return };
-            let answer = json::splice_str(text, &[(id.get(), &pending.id)])
-                .unwrap_or_else(|| text.to_string());
-            let _ = pending.done.send(Out::Final(answer));
-            return;
-        }
-        let method = msg.method.as_deref().unwrap_or_default();
-        if msg.is_request() {
-            self.server_request(text, &msg, method);
-            return;
-        }
-        if method == "notifications/progress" {
-            let Some(token) = msg.param("progressToken") else {
-                return;
-            };
-            let Some(number) = token.get().parse::<u64>().ok() else {
-                return;
-            };
-            let pending = self.lock_pending();
-            let Some(p) = pending.get(&number) else {
-                return;
-            };
-            let (Some(events), Some(original)) = (&p.events, &p.token) else {
-                return;
-            };
-            if let Some(line) = json::splice_str(text, &[(token.get(), original)]) {
-                let _ = events.try_send(line);
-            }
-            return;
-        }
-        // A notification of the server's own (logging, list changes, resource updates):
-        // the owning session's streams, or the standalone streams of the sessions on this
-        // process. A process serving everyone passes on only list changes: a log line or a
-        // resource update may be about one client's call, and nothing says whose.
-        if self.private || method.ends_with("/list_changed") {
-            self.to_sessions(text);
+        if let Some(reply) = self.calls.deliver(text, &msg) {
+            let _ = self.send_line(&reply);
         }
     }
 
-    /// A request from the server to its client (elicitation, sampling, roots, ping).
-    fn server_request(&self, text: &str, msg: &Message<'_>, method: &str) {
-        let Some(id) = msg.id else { return };
-        if method == "ping" {
-            let _ = self.send_line(&jsonrpc::result(id.get(), "{}"));
-            return;
-        }
-        if self.owner.is_some() && self.to_sessions(text) {
-            return;
-        }
-        let why = if self.owner.is_some() {
-            "mcp-edge: the client has no open stream to receive this request"
-        } else {
-            "Method not found (mcp-edge: server-to-client requests reach clients only on pools with isolation = \"per_session\")"
-        };
-        let code = match self.owner {
-            Some(_) => code::INTERNAL,
-            None => code::METHOD_NOT_FOUND,
-        };
-        let _ = self.send_line(&jsonrpc::error(id.get(), code, why, None));
+    /// Nothing more can be answered: every request still waiting learns it now.
+    fn fail_pending(&self) {
+        self.deaf.store(true, Ordering::SeqCst);
+        self.calls.fail_all();
     }
 
-    /// Deliver a message to the owning session (an open request's event stream first,
-    /// else its standalone stream), or to every standalone stream; true if one took it.
-    fn to_sessions(&self, text: &str) -> bool {
-        if let Some(owner) = &self.owner {
-            let pending = self.lock_pending();
-            let open = pending
-                .values()
-                .filter(|p| p.session.as_deref() == Some(&**owner))
-                .filter_map(|p| p.events.as_ref())
-                .find(|tx| !tx.is_closed());
-            if let Some(tx) = open {
-                return tx.try_send(text.to_string()).is_ok();
-            }
-        }
-        let mut took = false;
-        let mut listeners = self.lock_listeners();
-        listeners.retain(|(_, tx)| !tx.is_closed());
-        for (_, tx) in listeners.iter() {
-            took |= tx.try_send(text.to_string()).is_ok();
-        }
-        took
-    }
-
-    /// Count a use (a request's end, a session's activity) against the idle reaper.
     pub fn touch(&self) {
         self.last_used.store(super::now_ms(), Ordering::Relaxed);
     }
 
-    fn fail_pending(&self) {
-        self.deaf.store(true, Ordering::SeqCst);
-        let pending: Vec<Pending> = self.lock_pending().drain().map(|(_, p)| p).collect();
-        for p in pending {
-            let _ = p.done.send(Out::Exited);
-        }
-        self.lock_listeners().clear();
-    }
-
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<str>, mpsc::Sender<String>)>> {
-        self.listeners.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Requests still waiting for an answer.
-    pub fn in_flight(&self) -> usize {
-        self.lock_pending().len()
-    }
 }
 
 /// The `initialize` answer's `result` and `protocolVersion`.

@@ -19,24 +19,20 @@ use std::convert::Infallible;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
-use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot, watch};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tokio::sync::watch;
 
 use super::answers::*;
+use super::exchange::{call, listen};
 use super::group::{Group, Session, Target, Unavailable};
-use super::process::{Call, CallError, Out, Proc, MAX_LINE};
+use super::process::MAX_LINE;
 use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
-use crate::error::{code, EdgeError};
-use crate::mcp::era::{discover_answer, mark_modern, strip_envelope, CACHEABLE};
+use crate::error::code;
+use crate::mcp::era::{discover_answer, strip_envelope, CACHEABLE};
 use crate::mcp::message::Message;
 use crate::mcp::{jsonrpc, MODERN_VERSION};
-
-/// Keep-alive comments on open event streams.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -116,9 +112,9 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
             };
             post(&group, &asked, &body).await
         }
-        http::Method::GET if !modern => listen(&group, &asked).await,
+        http::Method::GET if !modern => listen(&group, asked.caller, asked.session).await,
         http::Method::DELETE if !modern => match asked.session.and_then(|s| group.session(s)) {
-            Some(s) if owned_by(&s, &asked) => {
+            Some(s) if s.owned_by(asked.caller) => {
                 group.end_session(&s.id).await;
                 plain(StatusCode::OK, "")
             }
@@ -178,13 +174,13 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         }
         return session_required(msg.id);
     };
-    if !owned_by(&session, asked) {
+    if !session.owned_by(asked.caller) {
         return session_gone(msg.id);
     }
     let proc = match group.session_process(&session).await {
         Ok(Some(p)) => p,
         Ok(None) => return session_gone(msg.id),
-        Err(u) => return unavailable(group, u, msg.id),
+        Err(u) => return unavailable(u.detail(group), msg.id),
     };
     if msg.is_notification() {
         match method {
@@ -202,7 +198,7 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
     }
     if msg.is_response() {
         // An answer to the server's own request (`per_session`: ids are the process's).
-        if proc.owner.is_some() {
+        if proc.owner().is_some() {
             let _ = proc.send_line(text);
         }
         return plain(StatusCode::ACCEPTED, "");
@@ -210,13 +206,10 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
     if !msg.is_request() {
         return invalid_request(msg.id);
     }
-    let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner.is_some());
+    let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner().is_some());
     call(proc, text, Some(session), msg.id, stream, None).await
 }
 
-fn owned_by(session: &Session, asked: &Asked<'_>) -> bool {
-    session.caller == asked.caller
-}
 
 /// Equal, in time independent of where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -229,11 +222,8 @@ async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) ->
         return invalid_request(None);
     };
     let Some(sid) = new_session_id() else {
-        return unavailable(
-            group,
-            Unavailable::NoProcess("no randomness".into()),
-            Some(id),
-        );
+        let why = Unavailable::NoProcess("no randomness".into());
+        return unavailable(why.detail(group), Some(id));
     };
     let proc = match group.spec.isolation {
         Isolation::PerSession => {
@@ -242,29 +232,29 @@ async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) ->
             match group.for_session(sid.clone(), asked.caller, params).await {
                 Ok(p) => p,
                 Err(Unavailable::Refused(answer)) => return refused(&answer, id),
-                Err(u) => return unavailable(group, u, Some(id)),
+                Err(u) => return unavailable(u.detail(group), Some(id)),
             }
         }
         isolation => {
             let (target, proc) = match isolation {
                 Isolation::PerPrincipal => match group.for_caller(asked.caller).await {
                     Ok(p) => (Target::Caller(asked.caller.to_string()), p),
-                    Err(u) => return unavailable(group, u, Some(id)),
+                    Err(u) => return unavailable(u.detail(group), Some(id)),
                 },
                 _ => match group.any_slot().await {
                     Ok((slot, p)) => (Target::Slot(slot), p),
-                    Err(u) => return unavailable(group, u, Some(id)),
+                    Err(u) => return unavailable(u.detail(group), Some(id)),
                 },
             };
             let session = Session::new(sid.clone(), target, asked.caller);
             if let Err(u) = group.add_session(session).await {
-                return unavailable(group, u, Some(id));
+                return unavailable(u.detail(group), Some(id));
             }
             proc
         }
     };
     let Some(init) = proc.init.get() else {
-        return unavailable(group, Unavailable::NoProcess(String::new()), Some(id));
+        return unavailable(Unavailable::NoProcess(String::new()).detail(group), Some(id));
     };
     // The server's own answer (in the revision it speaks: 2025-11-25 to the edge's
     // `initialize`, or what it chose for the client's own, `per_session`).
@@ -304,7 +294,7 @@ async fn modern(
     };
     let proc = match proc {
         Ok(p) => p,
-        Err(u) => return unavailable(group, u, msg.id),
+        Err(u) => return unavailable(u.detail(group), msg.id),
     };
     if method == "server/discover" {
         if let (Some(init), Some(id)) = (proc.init.get(), msg.id) {
@@ -331,190 +321,8 @@ const MODERN_METHODS: &[&str] = &[
     "completion/complete",
 ];
 
-/// Send a request to the process; answer with its answer (JSON), or stream its events and
-/// then the answer.
-async fn call(
-    proc: Arc<Proc>,
-    text: &str,
-    session: Option<Arc<Session>>,
-    id: Option<&RawValue>,
-    stream: bool,
-    modern: Option<bool>,
-) -> Response<Body> {
-    let call = match proc.request(text, session.as_ref().map(|s| s.id.clone()), stream) {
-        Ok(c) => c,
-        Err(CallError::Unreadable) => return invalid_request(id),
-        // Nothing was written: the process ended as the request came.
-        Err(CallError::Exited) => {
-            let why = format!(
-                "mcp-edge: stdio pool {}: the process ended as the request came; try again",
-                proc.pool
-            );
-            return edge_error(EdgeError::StdioUnavailable { detail: why }, id);
-        }
-        Err(CallError::Busy) => return edge_error(EdgeError::StdioBusy, id),
-    };
-    let Call {
-        number,
-        events,
-        done,
-    } = call;
-    let flight = Flight {
-        proc,
-        number,
-        finished: false,
-        session,
-    };
-    match events {
-        Some(events) if stream => event_stream(flight, events, done, modern, id),
-        _ => {
-            let mut flight = flight;
-            match done.await {
-                Ok(Out::Final(answer)) => {
-                    flight.finished = true;
-                    let answer = match modern {
-                        Some(cacheable) => mark_modern(answer, cacheable),
-                        None => answer,
-                    };
-                    json_response(StatusCode::OK, answer)
-                }
-                Ok(Out::Cancelled) => {
-                    flight.finished = true;
-                    cancelled(id)
-                }
-                _ => {
-                    flight.finished = true;
-                    edge_error(EdgeError::StdioExited, id)
-                }
-            }
-        }
-    }
-}
-
-/// A request in flight: if its client goes away first, the server is told. Its end counts
-/// as a use of its session (a long call does not leave it idle).
-struct Flight {
-    proc: Arc<Proc>,
-    number: u64,
-    finished: bool,
-    session: Option<Arc<Session>>,
-}
-
-impl Drop for Flight {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.proc.cancel(self.number);
-        }
-        self.proc.touch();
-        if let Some(s) = &self.session {
-            s.touch();
-        }
-    }
-}
-
-struct Streaming {
-    flight: Flight,
-    events: mpsc::Receiver<String>,
-    done: Option<oneshot::Receiver<Out>>,
-    modern: Option<bool>,
-    lost: String,
-    dropped: String,
-}
-
-fn event_stream(
-    flight: Flight,
-    events: mpsc::Receiver<String>,
-    done: oneshot::Receiver<Out>,
-    modern: Option<bool>,
-    id: Option<&RawValue>,
-) -> Response<Body> {
-    // Said on the stream when the process ends before answering: the client's request
-    // fails with a reason, not a stream that just stops.
-    let lost = exited_body(id);
-    let dropped = cancelled_body(id);
-    let state = Streaming {
-        flight,
-        events,
-        done: Some(done),
-        modern,
-        lost,
-        dropped,
-    };
-    let frames = futures::stream::unfold(state, |mut s| async move {
-        let done = s.done.as_mut()?;
-        let frame = tokio::select! {
-            biased;
-            Some(message) = s.events.recv() => event(&message),
-            answer = done => {
-                // Events sent before the answer go first.
-                let mut out = Vec::new();
-                while let Ok(message) = s.events.try_recv() {
-                    out.extend_from_slice(&event(&message));
-                }
-                s.flight.finished = true;
-                s.done = None;
-                match answer {
-                    Ok(Out::Final(a)) => {
-                        let a = match s.modern {
-                            Some(cacheable) => mark_modern(a, cacheable),
-                            None => a,
-                        };
-                        out.extend_from_slice(&event(&a));
-                    }
-                    Ok(Out::Cancelled) => out.extend_from_slice(&event(&s.dropped)),
-                    _ => out.extend_from_slice(&event(&s.lost)),
-                }
-                Bytes::from(out)
-            }
-        };
-        Some((Ok::<_, Infallible>(Frame::data(frame)), s))
-    });
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-    set_event_stream(&mut r);
-    r
-}
-
-/// The standalone stream of a legacy session: the process's own messages for it.
-async fn listen(group: &Arc<Group>, asked: &Asked<'_>) -> Response<Body> {
-    let Some(session) = asked.session.and_then(|s| group.session(s)) else {
-        if asked.session.is_none() {
-            return session_required(None);
-        }
-        return session_gone(None);
-    };
-    if !owned_by(&session, asked) {
-        return session_gone(None);
-    }
-    let proc = match group.session_process(&session).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return session_gone(None),
-        Err(u) => return unavailable(group, u, None),
-    };
-    let (tx, rx) = mpsc::channel(64);
-    if !proc.listen(session.id.clone(), tx) {
-        return rpc_error(
-            StatusCode::CONFLICT,
-            None,
-            code::SERVER_ERROR,
-            "Conflict: Only one SSE stream is allowed per session",
-        );
-    }
-    let mut keepalive = tokio::time::interval(KEEPALIVE);
-    keepalive.reset();
-    let frames = futures::stream::unfold((rx, keepalive), |(mut rx, mut keepalive)| async move {
-        let frame = tokio::select! {
-            message = rx.recv() => event(&message?),
-            _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
-        };
-        Some((Ok::<_, Infallible>(Frame::data(frame)), (rx, keepalive)))
-    });
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-    set_event_stream(&mut r);
-    r
-}
-
 fn new_session_id() -> Option<Arc<str>> {
     let mut b = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).ok()?;
-    Some(Arc::from(super::group::hex(&b)))
+    Some(Arc::from(super::hex(&b)))
 }

@@ -43,7 +43,7 @@ pub struct RouteSection {
     #[serde(default)]
     pub policy: Vec<PolicyRuleSection>,
     #[serde(default)]
-    pub absent_as: crate::mcp::lists::AbsentAs,
+    pub absent_as: crate::mcp::absent::AbsentAs,
     pub rate_limit: Option<RateLimitSection>,
 }
 

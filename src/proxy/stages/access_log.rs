@@ -5,7 +5,7 @@ use pingora::proxy::Session;
 use serde::Serialize;
 
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::Stage;
+use crate::proxy::stage::Stage;
 
 pub struct AccessLog;
 

@@ -33,7 +33,7 @@ use crate::metrics::{self, TokenOp};
 use crate::proxy::answer::Answer;
 use crate::proxy::body::Body;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::{self, Kind, Sessions};

@@ -21,7 +21,7 @@ use pingora::proxy::Session;
 
 use crate::error::Rejection;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Stage};
 use crate::proxy::Edge;
 use crate::runtime::EndpointKind;
 

@@ -18,7 +18,7 @@ use http::header::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
-use crate::proxy::pipeline::{Outbound, Stage};
+use crate::proxy::stage::{Outbound, Stage};
 use crate::runtime::Forwarding as Settings;
 
 pub struct Forwarding;

@@ -14,7 +14,7 @@ use crate::error::{EdgeError, Rejection};
 use crate::identity::{AuthMode, Refusal, METADATA_PREFIX};
 use crate::metrics;
 use crate::proxy::answer::Answer;
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::runtime::EndpointKind;
 
 use super::route::{check_host, request_host};

@@ -25,7 +25,7 @@ use crate::mcp::rules::Era;
 use crate::mcp::sse::{self, EndpointRewriter};
 use crate::metrics::{self, TokenFailure, TokenOp};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::Edge;
 use crate::routing::{Member, Pool};
 use crate::runtime::{Endpoint, EndpointKind};

@@ -15,7 +15,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use crate::error::{EdgeError, Rejection};
 use crate::net::budget::{Budget, Holder, Reservation, STREAM_COST};
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Stage};
 use crate::proxy::Edge;
 use crate::runtime::{EndpointKind, Limits};
 

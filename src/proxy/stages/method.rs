@@ -27,7 +27,7 @@ use crate::mcp::media;
 use crate::mcp::rules::Era;
 use crate::net::budget::{Budget, Eviction, Holder, Watch};
 use crate::proxy::body::Body;
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::runtime::{EndpointKind, Runtime};
 
 #[derive(Default)]

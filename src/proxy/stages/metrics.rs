@@ -10,7 +10,7 @@ use pingora::proxy::Session;
 use crate::error::EdgeError;
 use crate::metrics::{self, Outcome, RouteSeries};
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::Stage;
+use crate::proxy::stage::Stage;
 use crate::proxy::Edge;
 
 /// Handles for requests that never matched a route.

@@ -19,7 +19,8 @@ use serde_json::Value;
 use crate::error::{EdgeError, Rejection};
 use crate::identity::policy::Grant;
 use crate::identity::rate;
-use crate::mcp::lists::{self, AbsentAs, ListFilter, LIST_METHODS};
+use crate::mcp::absent::{self, AbsentAs};
+use crate::mcp::lists::{self, ListFilter, LIST_METHODS};
 use crate::mcp::media::{self, Media};
 use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::sse;
@@ -27,7 +28,7 @@ use crate::mcp::target::{Kind, Target};
 use crate::metrics;
 use crate::proxy::answer::Answer;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
 
@@ -183,7 +184,7 @@ fn replace_body(a: &mut Admission<'_>, bytes: Vec<u8>) {
 enum Hidden {
     /// The edge answers for the server.
     Answer(Answer),
-    /// It goes on with this body: the name renamed (see [`lists::disguise`]).
+    /// It goes on with this body: the name renamed (see [`absent::disguise`]).
     Disguised(Vec<u8>),
 }
 
@@ -211,7 +212,7 @@ fn hidden(
     };
     if !exact && (has_id || messages) {
         let body = request.body.as_ref().map(|b| b.bytes().as_ref());
-        return match body.and_then(|b| lists::disguise(b, method)) {
+        return match body.and_then(|b| absent::disguise(b, method)) {
             Some(body) => Ok(Hidden::Disguised(body)),
             None => Err(EdgeError::InvalidRequest {
                 detail: "params do not name what the method needs".into(),
@@ -225,11 +226,11 @@ fn hidden(
     if bridged {
         // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
         // no session header (the bridge's own token is the client's session).
-        let (_, json) = lists::absent_answer(style, true, method, target, id);
+        let (_, json) = absent::absent_answer(style, true, method, target, id);
         let json = json.replace(",\"resultType\":\"complete\"", "");
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
-    let (status, json) = lists::absent_answer(style, modern, method, target, id);
+    let (status, json) = absent::absent_answer(style, modern, method, target, id);
     if modern {
         return Ok(Hidden::Answer(Answer::json(status, json)));
     }

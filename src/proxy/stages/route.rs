@@ -10,7 +10,7 @@
 use pingora::http::RequestHeader;
 
 use crate::error::{EdgeError, Rejection};
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::runtime::{Endpoint, EndpointKind, Runtime};
 
 pub struct Head;

@@ -6,7 +6,7 @@
 
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::rules::{check_post, Era};
-use crate::proxy::pipeline::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Stage};
 use crate::runtime::EndpointKind;
 
 pub struct Rules;

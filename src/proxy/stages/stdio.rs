@@ -3,7 +3,7 @@
 //! credential's binding, for `per_principal` isolation); whatever the client sent under those
 //! names is replaced.
 
-use crate::proxy::pipeline::{Outbound, Stage};
+use crate::proxy::stage::{Outbound, Stage};
 
 pub struct Stdio;
 

@@ -28,7 +28,7 @@ use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::task_ids::{JsonScan, SseScan};
 use crate::metrics::{self, TaskIdOp};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
-use crate::proxy::pipeline::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::Edge;
 use crate::runtime::{Route, Runtime};
 use crate::session::token::{self, now_secs, Claims, Kind};

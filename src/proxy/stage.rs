@@ -1,0 +1,80 @@
+//! What a stage is: one capability of the edge, by phase ([`Stage`]), and what the request
+//! phase hands it and it decides ([`Admission`], [`Outbound`], [`Flow`]). The order the
+//! stages run in is [`super::pipeline`]'s.
+
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::proxy::Session;
+
+use super::answer::Answer;
+use super::ctx::Ctx;
+use super::Edge;
+use crate::error::Rejection;
+
+/// What a request stage decided.
+pub enum Flow {
+    /// On to the next stage (after the last one, to a member).
+    Next,
+    /// The edge answers now; the stages after this one do not run.
+    Answer(Answer),
+    /// The edge answers once the stages after this one let the request through: their
+    /// checks (the rate limit, the policy) still apply to a message the edge answers itself.
+    AnswerOnceAdmitted(Answer),
+    /// The stage wrote the answer itself (a CORS preflight).
+    Written,
+}
+
+/// A request on its way in, before a member is chosen.
+pub struct Admission<'a> {
+    pub edge: &'a Edge,
+    pub session: &'a mut Session,
+    pub ctx: &'a mut Ctx,
+}
+
+/// The head a member is about to get.
+pub struct Outbound<'a> {
+    pub edge: &'a Edge,
+    /// The client's request (its head as the client sent it).
+    pub session: &'a Session,
+    pub head: &'a mut RequestHeader,
+    pub ctx: &'a mut Ctx,
+}
+
+/// One capability of the edge, by phase. Every phase does nothing unless the stage says.
+#[allow(async_fn_in_trait)]
+pub trait Stage {
+    /// Its name in the lists and in `src/README.md`.
+    const NAME: &'static str;
+
+    /// `request_filter`: a check or a decision before a member is chosen; a refusal is
+    /// answered by the error boundary and the request never reaches a member.
+    async fn request(_a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        Ok(Flow::Next)
+    }
+
+    /// `upstream_request_filter`: the head the member gets.
+    fn upstream_request(_o: &mut Outbound<'_>) -> pingora::Result<()> {
+        Ok(())
+    }
+
+    /// `upstream_response_filter`: the member's response head, on its way to the client.
+    fn response(_head: &mut ResponseHeader, _ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
+        Ok(())
+    }
+
+    /// `upstream_response_body_filter`: one chunk of the member's response body (`None` and
+    /// `end`: the end). A stage holding bytes back leaves `Some(Bytes::new())`: `None` would
+    /// end the body.
+    fn response_body(_body: &mut Option<Bytes>, _end: bool, _ctx: &mut Ctx) -> pingora::Result<()> {
+        Ok(())
+    }
+
+    /// The head of an answer the edge writes itself (an error, a bridged or hidden entry's
+    /// answer, a metadata document).
+    fn answer(_head: &mut ResponseHeader, _ctx: &Ctx) -> pingora::Result<()> {
+        Ok(())
+    }
+
+    /// `logging`: the request is over, however it ended.
+    fn logging(_session: &Session, _ctx: &mut Ctx) {}
+}
