@@ -338,6 +338,7 @@ impl EdgeError {
         }
     }
 
+    #[allow(clippy::too_many_lines)] // One arm per condition: the catalogue of messages.
     pub fn message(&self) -> String {
         match self {
             EdgeError::HeaderMismatch { detail, .. } => format!("Header mismatch: {detail}"),

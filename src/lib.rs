@@ -4,6 +4,7 @@
 //! proxy listeners, the admin listener, pool maintenance (discovery, health checks) and
 //! reloading; [`EdgeHandle`] runs one in the background of the current process (tests).
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 pub mod config;
 pub mod error;
@@ -82,6 +83,26 @@ pub fn build_server(config: Config, options: Options) -> Built {
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
     let (drain, drained) = shutdown::drain_switch();
     add_listeners(&mut server, &startup, &runtime, drained, budget);
+    add_watchers(&mut server, &startup, &runtime);
+    server.add_service(background_service(
+        "pool maintenance",
+        maintenance::Maintenance {
+            runtime: runtime.clone(),
+        },
+    ));
+    let reloader = options
+        .config_path
+        .map(|path| add_reloader(&mut server, path, &startup, &runtime, options.signals));
+    Built {
+        server,
+        runtime,
+        drain,
+        reloader,
+    }
+}
+
+/// The admin listener (`/metrics`, `/healthz`, `/readyz`) and the certificate watch.
+fn add_watchers(server: &mut Server, startup: &Startup, runtime: &Arc<ArcSwap<Runtime>>) {
     if let Some(addr) = startup.metrics {
         let admin = admin::Admin {
             runtime: runtime.clone(),
@@ -101,21 +122,6 @@ pub fn build_server(config: Config, options: Options) -> Built {
             "certificate watch",
             reload::CertificateWatch { watched },
         ));
-    }
-    server.add_service(background_service(
-        "pool maintenance",
-        maintenance::Maintenance {
-            runtime: runtime.clone(),
-        },
-    ));
-    let reloader = options
-        .config_path
-        .map(|path| add_reloader(&mut server, path, &startup, &runtime, options.signals));
-    Built {
-        server,
-        runtime,
-        drain,
-        reloader,
     }
 }
 

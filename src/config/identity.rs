@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wildmatch::WildMatch;
 
-use super::file::{IdentitySection, PolicyRuleSection, RouteSection};
+use super::file::{IdentitySection, JwtSection, PolicyRuleSection, RouteSection};
 use super::Errors;
 use crate::identity::jwks::{Jwks, JwksSource};
 use crate::identity::jwt::{self, JwtSettings, Verifier};
@@ -18,73 +18,81 @@ use crate::identity::{Access, AuthMode, Identity};
 
 pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<Arc<Identity>> {
     let s = section?;
-    let mut verifier = None;
-    if let Some(j) = &s.jwt {
-        let at = "identity.jwt";
-        if j.issuer.is_empty() {
-            errs.push(format!("{at}.issuer: must not be empty"));
-        }
-        if j.audience.is_empty() || j.audience.iter().any(String::is_empty) {
-            errs.push(format!(
-                "{at}.audience: list at least one non-empty audience"
-            ));
-        }
-        let mut algorithms = Vec::new();
-        for name in &j.algorithms {
-            match jwt::algorithm(name) {
-                Ok(a) => algorithms.push(a),
-                Err(e) => errs.push(format!("{at}.algorithms: {e}")),
-            }
-        }
-        if j.algorithms.is_empty() {
-            errs.push(format!("{at}.algorithms: list at least one"));
-        }
-        let source = match (&j.jwks_file, &j.jwks_url) {
-            (Some(f), None) => Some(JwksSource::File(f.clone())),
-            (None, Some(u)) => Some(JwksSource::Url {
-                url: u.clone(),
-                ca_file: j.jwks_ca_file.clone(),
-                every: Duration::from_secs(j.jwks_refresh_seconds.get()),
-                timeout: Duration::from_millis(j.jwks_timeout_ms.get()),
-            }),
-            _ => {
-                errs.push(format!("{at}: set exactly one of jwks_file and jwks_url"));
-                None
-            }
-        };
-        if let Some(source) = source {
-            match Jwks::new(source) {
-                Ok(jwks) => {
-                    verifier = Some(Verifier {
-                        settings: JwtSettings {
-                            issuer: j.issuer.clone(),
-                            audiences: j.audience.clone(),
-                            algorithms,
-                            leeway: Duration::from_secs(j.leeway_seconds),
-                            tenant_claim: j.tenant_claim.clone(),
-                            groups_claim: j.groups_claim.clone(),
-                        },
-                        jwks: Arc::new(jwks),
-                        cache: Default::default(),
-                    })
-                }
-                Err(e) => errs.push(format!("{at}: {e}")),
-            }
-        }
-    }
+    let verifier = s.jwt.as_ref().and_then(|j| verifier(j, errs));
     let keys = match &s.api_keys_file {
-        Some(path) => match ApiKeys::load(path) {
-            Ok(k) => Some(k),
-            Err(e) => {
-                errs.push(format!("identity.{e}"));
-                None
-            }
-        },
+        Some(path) => ApiKeys::load(path)
+            .map_err(|e| errs.push(format!("identity.{e}")))
+            .ok(),
         None => None,
     };
     if s.jwt.is_none() && s.api_keys_file.is_none() {
         errs.push("identity: configure [identity.jwt], api_keys_file or both".to_string());
     }
+    check_resource(s, errs);
+    Some(Arc::new(Identity {
+        jwt: verifier,
+        keys,
+        resource_metadata: s.resource_metadata.clone(),
+        resource_origin: s.resource_origin.clone(),
+        authorization_servers: s.authorization_servers.clone(),
+        scopes: s.scopes.clone(),
+        max_token_bytes: s.max_token_bytes.get(),
+    }))
+}
+
+/// `[identity.jwt]`: the issuer, audiences, algorithms and the key set.
+fn verifier(j: &JwtSection, errs: &mut Errors) -> Option<Verifier> {
+    let at = "identity.jwt";
+    if j.issuer.is_empty() {
+        errs.push(format!("{at}.issuer: must not be empty"));
+    }
+    if j.audience.is_empty() || j.audience.iter().any(String::is_empty) {
+        errs.push(format!(
+            "{at}.audience: list at least one non-empty audience"
+        ));
+    }
+    let mut algorithms = Vec::new();
+    for name in &j.algorithms {
+        match jwt::algorithm(name) {
+            Ok(a) => algorithms.push(a),
+            Err(e) => errs.push(format!("{at}.algorithms: {e}")),
+        }
+    }
+    if j.algorithms.is_empty() {
+        errs.push(format!("{at}.algorithms: list at least one"));
+    }
+    let source = match (&j.jwks_file, &j.jwks_url) {
+        (Some(f), None) => JwksSource::File(f.clone()),
+        (None, Some(u)) => JwksSource::Url {
+            url: u.clone(),
+            ca_file: j.jwks_ca_file.clone(),
+            every: Duration::from_secs(j.jwks_refresh_seconds.get()),
+            timeout: Duration::from_millis(j.jwks_timeout_ms.get()),
+        },
+        _ => {
+            errs.push(format!("{at}: set exactly one of jwks_file and jwks_url"));
+            return None;
+        }
+    };
+    let jwks = Jwks::new(source)
+        .map_err(|e| errs.push(format!("{at}: {e}")))
+        .ok()?;
+    Some(Verifier {
+        settings: JwtSettings {
+            issuer: j.issuer.clone(),
+            audiences: j.audience.clone(),
+            algorithms,
+            leeway: Duration::from_secs(j.leeway_seconds),
+            tenant_claim: j.tenant_claim.clone(),
+            groups_claim: j.groups_claim.clone(),
+        },
+        jwks: Arc::new(jwks),
+        cache: Default::default(),
+    })
+}
+
+/// Where 401s point, and the origin clients use: absolute URLs.
+fn check_resource(s: &IdentitySection, errs: &mut Errors) {
     if let Some(origin) = &s.resource_origin {
         let rest = origin
             .strip_prefix("https://")
@@ -101,15 +109,6 @@ pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<
             errs.push("identity.resource_metadata: must be an absolute http(s) URL".to_string());
         }
     }
-    Some(Arc::new(Identity {
-        jwt: verifier,
-        keys,
-        resource_metadata: s.resource_metadata.clone(),
-        resource_origin: s.resource_origin.clone(),
-        authorization_servers: s.authorization_servers.clone(),
-        scopes: s.scopes.clone(),
-        max_token_bytes: s.max_token_bytes.get(),
-    }))
 }
 
 /// A route's access settings; `warnings` gets what can never match.
@@ -205,40 +204,45 @@ fn never_matching(
                 "{here}.groups: can never match: identity.jwt has no groups_claim and no API key has groups"
             ));
         }
-        for p in &section.tools {
-            let valid = p.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b'*' | b'?')
-            });
-            if p.is_empty() || !valid || p.len() > 128 {
-                warnings.push(format!(
-                    "{here}.tools: pattern '{p}' can never match a tool name (1-128 of A-Z a-z 0-9 _ - . /)"
-                ));
-            }
-        }
-        for p in &section.prompts {
-            if p.is_empty() || p.trim() != p {
-                warnings.push(format!("{here}.prompts: pattern '{p}' can never match"));
-            }
-        }
-        for p in &section.resources {
-            let scheme = p.split_once(':').map(|(s, _)| s);
-            let ok = scheme.is_some_and(|s| {
-                !s.is_empty()
-                    && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
-            });
-            if !ok {
-                warnings.push(format!(
-                    "{here}.resources: '{p}' is not a URI prefix (scheme:…) and can never match"
-                ));
-            } else if !p.ends_with('/') && !p.ends_with(':') {
-                warnings.push(format!(
-                    "{here}.resources: '{p}' also covers '{p}-other…': end it with '/'"
-                ));
-            }
-        }
+        never_matching_patterns(section, &here, warnings);
         if rule.is_catch_all() && catch_all.is_none() {
             catch_all = Some(&rule.name);
+        }
+    }
+}
+
+/// Tool, prompt and resource patterns of one rule that can never match an entry.
+fn never_matching_patterns(section: &PolicyRuleSection, here: &str, warnings: &mut Vec<String>) {
+    for p in &section.tools {
+        let valid = p.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b'*' | b'?')
+        });
+        if p.is_empty() || !valid || p.len() > 128 {
+            warnings.push(format!(
+                "{here}.tools: pattern '{p}' can never match a tool name (1-128 of A-Z a-z 0-9 _ - . /)"
+            ));
+        }
+    }
+    for p in &section.prompts {
+        if p.is_empty() || p.trim() != p {
+            warnings.push(format!("{here}.prompts: pattern '{p}' can never match"));
+        }
+    }
+    for p in &section.resources {
+        let scheme = p.split_once(':').map(|(s, _)| s);
+        let ok = scheme.is_some_and(|s| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        });
+        if !ok {
+            warnings.push(format!(
+                "{here}.resources: '{p}' is not a URI prefix (scheme:…) and can never match"
+            ));
+        } else if !p.ends_with('/') && !p.ends_with(':') {
+            warnings.push(format!(
+                "{here}.resources: '{p}' also covers '{p}-other…': end it with '/'"
+            ));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! From the configuration file to a validated [`Config`]: the process settings that apply at
 //! start ([`Startup`]) and the [`Runtime`] snapshot the request path reads.
 //!
-//! [`file`] holds the format (serde, unknown keys rejected, scalar defaults and checks in the
+//! [`mod@file`] holds the format (serde, unknown keys rejected, scalar defaults and checks in the
 //! types). This module turns each section into its runtime form, then runs the checks that
 //! span sections (a route's pool exists, paths are unique, legacy routes have a key ring).
 //! Every message names the offending key (`routes[0].pool: …`).

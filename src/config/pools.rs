@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::file::{CheckName, HealthSection, PoolSection, RouteSection};
+use super::file::{CheckName, HealthSection, PoolSection, PoolTlsSection, RouteSection};
 use super::Errors;
 use crate::net::tls::UpstreamTls;
 use crate::routing::{CheckKind, HealthPolicy, Pool, Source};
@@ -37,48 +37,10 @@ pub(super) fn pools(
             // The edge watches its own processes; a probe would start sessions on them.
             health.check = CheckKind::None;
         }
-        let tls = p.tls.as_ref().and_then(|t| {
-            let client = match (&t.client_cert, &t.client_key) {
-                (Some(c), Some(k)) => Some((c.as_str(), k.as_str())),
-                (None, None) => None,
-                _ => {
-                    errs.push(format!(
-                        "pools[{i}].tls.client_cert: client_cert and client_key go together"
-                    ));
-                    return None;
-                }
-            };
-            if t.sni.as_deref().is_some_and(|s| {
-                rustls::pki_types::ServerName::try_from(s).is_err()
-                    || (s.contains(':') && s.parse::<std::net::Ipv6Addr>().is_err())
-            }) {
-                // Pingora turns verification off for an empty SNI: never let that happen here.
-                errs.push(format!(
-                    "pools[{i}].tls.sni: '{}' is not a DNS name or IP address",
-                    t.sni.as_deref().unwrap_or_default()
-                ));
-                return None;
-            }
-            // A pool found by DNS (or sent a `host`) is verified against that name unless
-            // told otherwise.
-            let host_name = |h: &str| {
-                h.rsplit_once(':')
-                    .filter(|(_, port)| port.parse::<u16>().is_ok())
-                    .map_or(h, |(name, _)| name)
-                    .to_string()
-            };
-            let sni = t
-                .sni
-                .clone()
-                .or_else(|| p.host.as_deref().map(host_name))
-                .or_else(|| match &source {
-                    Source::Dns { name, .. } => Some(host_name(name)),
-                    Source::Static(_) | Source::Stdio(_) => None,
-                });
-            UpstreamTls::load(sni, t.verify, t.ca_file.as_deref(), client)
-                .map_err(|e| errs.push(format!("pools[{i}].tls: {e}")))
-                .ok()
-        });
+        let tls = p
+            .tls
+            .as_ref()
+            .and_then(|t| pool_tls(p, t, i, &source, errs));
         let mut pool = Pool::new(p.name.clone(), source, health);
         pool.tls = tls.map(Arc::new);
         pool.host = p.host.clone();
@@ -89,35 +51,7 @@ pub(super) fn pools(
 
 fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
     if let Some(command) = &p.command {
-        if p.dns.is_some() || !p.members.is_empty() {
-            errs.push(format!(
-                "pools[{i}].command: a stdio pool has no members or dns (the edge runs the server)"
-            ));
-            return None;
-        }
-        if command.first().is_none_or(|c| c.is_empty()) {
-            errs.push(format!(
-                "pools[{i}].command: needs the program to run, e.g. [\"npx\", \"my-server\"]"
-            ));
-            return None;
-        }
-        if p.tls.is_some() || p.host.is_some() {
-            errs.push(format!(
-                "pools[{i}].command: tls and host do not apply to a stdio pool"
-            ));
-            return None;
-        }
-        return Some(Source::Stdio(Arc::new(crate::stdio::Spec {
-            command: command.clone(),
-            env: p.env.clone(),
-            cwd: p.cwd.clone(),
-            processes: p.processes.get() as usize,
-            isolation: p.isolation,
-            max_processes: p.max_processes.get() as usize,
-            idle: Duration::from_millis(p.idle_ms.get()),
-            start_timeout: Duration::from_millis(p.start_timeout_ms.get()),
-            stop_grace: Duration::from_millis(p.stop_grace_ms.get()),
-        })));
+        return stdio_source(p, command, i, errs);
     }
     match (&p.dns, p.members.is_empty()) {
         (Some(_), false) => {
@@ -175,4 +109,93 @@ fn health_policy(h: &HealthSection, default_path: String) -> HealthPolicy {
         healthy_after: h.healthy_after.get(),
         eject: Duration::from_millis(h.eject_ms.get()),
     }
+}
+
+/// `[pools.tls]`: the CA bundle, client certificate and the name the members' certificates
+/// are verified against.
+fn pool_tls(
+    p: &PoolSection,
+    t: &PoolTlsSection,
+    i: usize,
+    source: &Source,
+    errs: &mut Errors,
+) -> Option<UpstreamTls> {
+    let client = match (&t.client_cert, &t.client_key) {
+        (Some(c), Some(k)) => Some((c.as_str(), k.as_str())),
+        (None, None) => None,
+        _ => {
+            errs.push(format!(
+                "pools[{i}].tls.client_cert: client_cert and client_key go together"
+            ));
+            return None;
+        }
+    };
+    if t.sni.as_deref().is_some_and(|s| {
+        rustls::pki_types::ServerName::try_from(s).is_err()
+            || (s.contains(':') && s.parse::<std::net::Ipv6Addr>().is_err())
+    }) {
+        // Pingora turns verification off for an empty SNI: never let that happen here.
+        errs.push(format!(
+            "pools[{i}].tls.sni: '{}' is not a DNS name or IP address",
+            t.sni.as_deref().unwrap_or_default()
+        ));
+        return None;
+    }
+    // A pool found by DNS (or sent a `host`) is verified against that name unless
+    // told otherwise.
+    let host_name = |h: &str| {
+        h.rsplit_once(':')
+            .filter(|(_, port)| port.parse::<u16>().is_ok())
+            .map_or(h, |(name, _)| name)
+            .to_string()
+    };
+    let sni = t
+        .sni
+        .clone()
+        .or_else(|| p.host.as_deref().map(host_name))
+        .or_else(|| match source {
+            Source::Dns { name, .. } => Some(host_name(name)),
+            Source::Static(_) | Source::Stdio(_) => None,
+        });
+    UpstreamTls::load(sni, t.verify, t.ca_file.as_deref(), client)
+        .map_err(|e| errs.push(format!("pools[{i}].tls: {e}")))
+        .ok()
+}
+
+/// A stdio pool (`command`): no members, no DNS, no TLS or `host`; the edge runs the server.
+fn stdio_source(
+    p: &PoolSection,
+    command: &[String],
+    i: usize,
+    errs: &mut Errors,
+) -> Option<Source> {
+    if p.dns.is_some() || !p.members.is_empty() {
+        errs.push(format!(
+            "pools[{i}].command: a stdio pool has no members or dns (the edge runs the server)"
+        ));
+        return None;
+    }
+    if command.first().is_none_or(|c| c.is_empty()) {
+        errs.push(format!(
+            "pools[{i}].command: needs the program to run, e.g. [\"npx\", \"my-server\"]"
+        ));
+        return None;
+    }
+    if p.tls.is_some() || p.host.is_some() {
+        errs.push(format!(
+            "pools[{i}].command: tls and host do not apply to a stdio pool"
+        ));
+        return None;
+    }
+    Some(Source::Stdio(Arc::new(crate::stdio::Spec {
+        command: command.to_vec(),
+        env: p.env.clone(),
+        cwd: p.cwd.clone(),
+        processes: p.processes.get() as usize,
+        isolation: p.isolation,
+        max_processes: p.max_processes.get() as usize,
+        idle: Duration::from_millis(p.idle_ms.get()),
+        start_timeout: Duration::from_millis(p.start_timeout_ms.get()),
+        stop_grace: Duration::from_millis(p.stop_grace_ms.get()),
+    })))
 }

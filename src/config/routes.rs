@@ -27,38 +27,12 @@ pub(super) fn routes(
     for (i, r) in sections.iter().enumerate() {
         check_route(r, i, errs);
         let accepted = r.versions.list().unwrap_or_default();
-        let configured_legacy = accepted.iter().any(|v| crate::mcp::is_legacy_version(v));
-        if r.sse_path.is_some() && !configured_legacy {
-            errs.push(format!("routes[{i}].sse_path: HTTP+SSE is legacy, but the route's versions list no legacy revision"));
-        }
-        let stdio = pools
-            .get(&r.pool)
-            .is_some_and(|p| matches!(p.source, Source::Stdio(_)));
-        let per_principal = pools.get(&r.pool).is_some_and(|p| {
-            matches!(&p.source, Source::Stdio(s) if s.isolation == crate::stdio::Isolation::PerPrincipal)
-        });
-        if per_principal && r.auth != crate::identity::AuthMode::Required {
-            errs.push(format!("routes[{i}].auth: pool '{}' has a process per principal, so its routes need auth = \"required\" (else any Authorization value would start a process)", r.pool));
-        }
-        if stdio && r.sse_path.is_some() {
-            errs.push(format!("routes[{i}].sse_path: pool '{}' runs a stdio server, which serves Streamable HTTP only", r.pool));
-        }
-        any_legacy |= configured_legacy;
+        any_legacy |= accepted.iter().any(|v| crate::mcp::is_legacy_version(v));
+        check_against_pool(r, i, &accepted, pools.get(&r.pool).map(|p| &**p), errs);
         let Some(pool) = pools.get(&r.pool) else {
             errs.push(format!("routes[{i}].pool: unknown pool '{}'", r.pool));
             continue;
         };
-        if r.bridge_legacy {
-            if !configured_legacy {
-                errs.push(format!("routes[{i}].bridge_legacy: the route's versions list no legacy revision to bridge"));
-            }
-            if !accepted.iter().any(|v| v == crate::mcp::MODERN_VERSION) {
-                errs.push(format!("routes[{i}].bridge_legacy: the route's versions must list {} (bridged requests are sent as such)", crate::mcp::MODERN_VERSION));
-            }
-            if r.sse_path.is_some() {
-                errs.push(format!("routes[{i}].bridge_legacy: HTTP+SSE (sse_path) cannot be bridged; serve it from a route without bridge_legacy"));
-            }
-        }
         let mut versions = VersionPolicy::narrowed_by(accepted, pool.spoken.clone());
         versions.bridged = r.bridge_legacy;
         let access = identity::access(r, i, identity, errs, warnings);
@@ -86,6 +60,46 @@ pub(super) fn routes(
         }
     }
     (endpoints, any_legacy)
+}
+
+/// What a route's versions, HTTP+SSE paths, auth and bridging need of the route itself and
+/// of its pool (`None`: unknown, reported by the caller).
+fn check_against_pool(
+    r: &RouteSection,
+    i: usize,
+    accepted: &[String],
+    pool: Option<&Pool>,
+    errs: &mut Errors,
+) {
+    let configured_legacy = accepted.iter().any(|v| crate::mcp::is_legacy_version(v));
+    if r.sse_path.is_some() && !configured_legacy {
+        errs.push(format!("routes[{i}].sse_path: HTTP+SSE is legacy, but the route's versions list no legacy revision"));
+    }
+    let stdio = pool.and_then(|p| match &p.source {
+        Source::Stdio(spec) => Some(spec),
+        _ => None,
+    });
+    let per_principal = stdio.is_some_and(|s| s.isolation == crate::stdio::Isolation::PerPrincipal);
+    if per_principal && r.auth != crate::identity::AuthMode::Required {
+        errs.push(format!("routes[{i}].auth: pool '{}' has a process per principal, so its routes need auth = \"required\" (else any Authorization value would start a process)", r.pool));
+    }
+    if stdio.is_some() && r.sse_path.is_some() {
+        errs.push(format!("routes[{i}].sse_path: pool '{}' runs a stdio server, which serves Streamable HTTP only", r.pool));
+    }
+    if pool.is_none() || !r.bridge_legacy {
+        return;
+    }
+    if !configured_legacy {
+        errs.push(format!(
+            "routes[{i}].bridge_legacy: the route's versions list no legacy revision to bridge"
+        ));
+    }
+    if !accepted.iter().any(|v| v == crate::mcp::MODERN_VERSION) {
+        errs.push(format!("routes[{i}].bridge_legacy: the route's versions must list {} (bridged requests are sent as such)", crate::mcp::MODERN_VERSION));
+    }
+    if r.sse_path.is_some() {
+        errs.push(format!("routes[{i}].bridge_legacy: HTTP+SSE (sse_path) cannot be bridged; serve it from a route without bridge_legacy"));
+    }
 }
 
 fn lower(list: &[String]) -> Vec<String> {
@@ -120,29 +134,8 @@ pub(super) fn passthrough(
             errs.push(format!("passthrough[{i}].pool: unknown pool '{}'", p.pool));
             continue;
         };
-        let route = Arc::new(Route {
-            name: if exact {
-                name.clone()
-            } else {
-                format!("{name}*")
-            },
-            prefix: String::new(),
-            session_params: Vec::new(),
-            pool: pool.clone(),
-            versions: VersionPolicy::new(Vec::new()),
-            origins: OriginPolicy::new(&p.allowed_origins),
-            hosts: lower(&p.allowed_hosts),
-            cors_max_age: p.cors_max_age_seconds,
-            bridge: false,
-            // Pass-through routes forward requests as sent, `Authorization` included.
-            access: crate::identity::Access {
-                forward_credential: true,
-                ..Default::default()
-            },
-            series: Default::default(),
-        });
         let endpoint = Endpoint {
-            route,
+            route: passthrough_route(p, &name, exact, pool),
             kind: EndpointKind::Passthrough,
         };
         let covered: Vec<&String> = endpoints
@@ -158,24 +151,66 @@ pub(super) fn passthrough(
                 covered
             ));
         }
-        if exact {
-            if endpoints.contains_key(&name) {
-                errs.push(format!(
-                    "passthrough[{i}].path: '{name}' is already served by another route"
-                ));
-            }
-            endpoints.insert(name, endpoint);
-        } else {
-            if prefixes.iter().any(|(p, _)| *p == name) {
-                errs.push(format!(
-                    "passthrough[{i}].path_prefix: '{name}' is already used"
-                ));
-            }
-            prefixes.push((name, endpoint));
-        }
+        place(i, name, exact, endpoint, endpoints, &mut prefixes, errs);
     }
     prefixes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     prefixes
+}
+
+/// A pass-through endpoint into the route table (exact) or the prefix list.
+fn place(
+    i: usize,
+    name: String,
+    exact: bool,
+    endpoint: Endpoint,
+    endpoints: &mut HashMap<String, Endpoint>,
+    prefixes: &mut Vec<(String, Endpoint)>,
+    errs: &mut Errors,
+) {
+    if exact {
+        if endpoints.contains_key(&name) {
+            errs.push(format!(
+                "passthrough[{i}].path: '{name}' is already served by another route"
+            ));
+        }
+        endpoints.insert(name, endpoint);
+    } else {
+        if prefixes.iter().any(|(p, _)| *p == name) {
+            errs.push(format!(
+                "passthrough[{i}].path_prefix: '{name}' is already used"
+            ));
+        }
+        prefixes.push((name, endpoint));
+    }
+}
+
+/// A pass-through route: requests forwarded as sent (`Authorization` included), no MCP rules.
+fn passthrough_route(
+    p: &PassthroughSection,
+    name: &str,
+    exact: bool,
+    pool: &Arc<Pool>,
+) -> Arc<Route> {
+    Arc::new(Route {
+        name: if exact {
+            name.to_string()
+        } else {
+            format!("{name}*")
+        },
+        prefix: String::new(),
+        session_params: Vec::new(),
+        pool: pool.clone(),
+        versions: VersionPolicy::new(Vec::new()),
+        origins: OriginPolicy::new(&p.allowed_origins),
+        hosts: lower(&p.allowed_hosts),
+        cors_max_age: p.cors_max_age_seconds,
+        bridge: false,
+        access: crate::identity::Access {
+            forward_credential: true,
+            ..Default::default()
+        },
+        series: Default::default(),
+    })
 }
 
 fn check_origins(origins: &[String], at: &str, errs: &mut Errors) {

@@ -161,30 +161,11 @@ impl Verifier {
                     let exp = data.claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
                     return self.principal(data.claims).map(|p| (p, exp));
                 }
-                Err(e) => {
-                    use jsonwebtoken::errors::ErrorKind as K;
-                    last = match e.kind() {
-                        K::InvalidSignature => {
-                            Refusal::Invalid("the token's signature does not verify")
-                        }
-                        K::ExpiredSignature => return Err(Refusal::Expired),
-                        K::ImmatureSignature => {
-                            return Err(Refusal::Invalid("the token is not valid yet"))
-                        }
-                        K::InvalidIssuer => {
-                            return Err(Refusal::Invalid("the token's issuer is not accepted"))
-                        }
-                        K::InvalidAudience => {
-                            return Err(Refusal::Invalid(
-                                "the token's audience is not this resource",
-                            ))
-                        }
-                        K::MissingRequiredClaim(_) => {
-                            return Err(Refusal::Invalid("the token lacks a required claim"))
-                        }
-                        _ => Refusal::Invalid("the token is malformed"),
-                    };
-                }
+                Err(e) => match refusal(e.kind()) {
+                    // Another key may verify it.
+                    Ok(refusal) => last = refusal,
+                    Err(refusal) => return Err(refusal),
+                },
             }
         }
         Err(last)
@@ -228,6 +209,23 @@ impl Verifier {
 }
 
 const UNKNOWN_KEY: &str = "the token's key id is unknown";
+
+/// Why a key did not verify a token: `Ok` when another key might (a signature for another
+/// key, a token not readable with this one), `Err` when none will.
+fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> Result<Refusal, Refusal> {
+    use jsonwebtoken::errors::ErrorKind as K;
+    Err(match kind {
+        K::InvalidSignature => {
+            return Ok(Refusal::Invalid("the token's signature does not verify"))
+        }
+        K::ExpiredSignature => Refusal::Expired,
+        K::ImmatureSignature => Refusal::Invalid("the token is not valid yet"),
+        K::InvalidIssuer => Refusal::Invalid("the token's issuer is not accepted"),
+        K::InvalidAudience => Refusal::Invalid("the token's audience is not this resource"),
+        K::MissingRequiredClaim(_) => Refusal::Invalid("the token lacks a required claim"),
+        _ => return Ok(Refusal::Invalid("the token is malformed")),
+    })
+}
 
 /// Parse an algorithm name from the config.
 pub fn algorithm(name: &str) -> Result<Algorithm, String> {

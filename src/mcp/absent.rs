@@ -28,6 +28,7 @@ pub enum AbsentAs {
 /// The edge's answer to a request naming a hidden entry: what the server SDK `style`
 /// answers for one that does not exist, measured against TS 2.4.0, TS 1.32.2 and Python
 /// 2.3.0 servers (status, and the JSON-RPC message with its keys in the SDK's order).
+#[allow(clippy::too_many_lines)] // One arm per SDK and entry kind: the catalogue of answers.
 pub fn absent_answer(
     style: AbsentAs,
     modern: bool,
@@ -126,58 +127,44 @@ pub fn disguise(body: &[u8], method: &str) -> Option<Vec<u8>> {
         _ => return None,
     };
     let text = std::str::from_utf8(body).ok()?;
-    let message = json::members(text)?;
-    let mut cuts: Vec<(usize, usize, String)> = Vec::new();
-    for (k, params) in &message {
+    let mut renamed: Vec<(&str, Vec<u8>)> = Vec::new();
+    for (k, params) in json::members(text)? {
         if k != "params" {
             continue;
         }
-        let mut objects = vec![*params];
-        if let Some(outer) = outer {
-            objects = json::members(params.get())?
+        let objects = match outer {
+            None => vec![params],
+            Some(outer) => json::members(params.get())?
                 .into_iter()
                 .filter(|(k, _)| k == outer)
                 .map(|(_, v)| v)
-                .collect();
-        }
+                .collect(),
+        };
         for object in objects {
             for (k, v) in json::members(object.get())? {
-                let renamed = if outer.is_some() {
-                    k == "name" || k == "uri"
-                } else {
-                    k == key
+                let names = match outer {
+                    Some(_) => k == "name" || k == "uri",
+                    None => k == key,
                 };
-                if !renamed {
-                    continue;
+                if let Some(hidden) = names.then(|| hidden_name(v.get())).flatten() {
+                    renamed.push((v.get(), hidden.into_bytes()));
                 }
-                let Ok(original) = serde_json::from_str::<String>(v.get()) else {
-                    continue;
-                };
-                use base64::Engine;
-                let encoded =
-                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(original.as_bytes());
-                let start = json::span(body, v.get())?.start;
-                cuts.push((
-                    start,
-                    start + v.get().len(),
-                    format!("\"{HIDDEN_PREFIX}{encoded}\""),
-                ));
             }
         }
     }
-    if cuts.is_empty() {
+    if renamed.is_empty() {
         return None;
     }
-    cuts.sort_by_key(|c| c.0);
-    let mut out = Vec::with_capacity(body.len() + 32);
-    let mut at = 0;
-    for (start, end, replacement) in cuts {
-        out.extend_from_slice(body.get(at..start)?);
-        out.extend_from_slice(replacement.as_bytes());
-        at = end;
-    }
-    out.extend_from_slice(&body[at..]);
-    Some(out)
+    let edits: Vec<(&str, &[u8])> = renamed.iter().map(|(v, w)| (*v, w.as_slice())).collect();
+    json::splice(body, &edits)
+}
+
+/// The name no server has that carries `value` (a JSON string), as JSON.
+fn hidden_name(value: &str) -> Option<String> {
+    use base64::Engine;
+    let original = serde_json::from_str::<String>(value).ok()?;
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(original.as_bytes());
+    Some(format!("\"{HIDDEN_PREFIX}{encoded}\""))
 }
 
 /// Put back the names [`disguise`] hid in a message (inside JSON strings: the name comes back

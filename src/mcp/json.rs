@@ -135,6 +135,13 @@ pub fn member<'a>(object: &'a str, key: &str) -> Result<Option<&'a RawValue>, Am
     }
 }
 
+/// The string value of `key` in `object`, unescaped (borrowed when it has no escapes);
+/// `None` when it is absent, repeated or not a string, or `object` is not an object.
+pub fn string_member<'a>(object: &'a str, key: &str) -> Option<Cow<'a, str>> {
+    let raw = member(object, key).ok()??;
+    serde_json::from_str::<Cow<'a, str>>(raw.get()).ok()
+}
+
 /// A JSON value read as an object's members (values left raw), or as something else (a
 /// field type for derived structs that must see every member).
 pub enum Members<'a> {

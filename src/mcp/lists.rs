@@ -1,8 +1,8 @@
-//! What the edge says about tools, prompts and resources a route's policy hides: list answers
-//! without the hidden entries ([`filter_list`], [`ListFilter`] for answers as they stream), a
-//! `subscriptions/listen` without hidden URIs ([`filter_subscriptions`]), the answer a server
-//! SDK gives for an absent entry ([`absent_answer`]), and hidden names renamed on their way to
-//! a server and put back in its answer ([`disguise`], [`restore_hidden`]).
+//! Lists without what a route's policy hides: list answers without the hidden entries
+//! ([`filter_list`], and [`ListFilter`] for answers as they stream, putting back a name
+//! [`super::absent::disguise`] hid), a `subscriptions/listen` without hidden URIs
+//! ([`filter_subscriptions`]). What the edge answers for a hidden entry is
+//! [`super::absent`]'s.
 //!
 //! Which entries are hidden is the caller's grant's business ([`Visibility`]); here is only
 //! how lists, requests and answers carry them. A repeated key in a list answer or a
@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::absent::{is_an_error, restore_hidden};
 use super::json::{self, Ambiguous};
 use super::jsonrpc;
-use super::absent::{is_an_error, restore_hidden};
 use super::rewrite::{Pass, Rewritten, Transform};
 use super::target::Kind;
 use crate::error::code;
@@ -130,10 +130,9 @@ pub fn filter_list(message: &[u8], shown: &impl Visibility) -> Filtered {
     let Some(json::Members::Object(fields)) = m.result else {
         return Filtered::NotAList;
     };
-    let mut cuts: Vec<(usize, usize, Vec<u8>)> = Vec::new();
-    let mut hidden = 0;
+    let mut cuts: Vec<(&str, Vec<u8>)> = Vec::new();
+    let (mut hidden, mut any_list) = (0, false);
     let mut seen = std::collections::HashSet::new();
-    let mut any_list = false;
     for (key, value) in fields {
         if !seen.insert(key.clone()) {
             // A repeated key: which one a client reads is not ours to guess.
@@ -143,30 +142,14 @@ pub fn filter_list(message: &[u8], shown: &impl Visibility) -> Filtered {
             continue;
         };
         any_list = true;
-        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(value.get()) else {
-            return Filtered::Unreadable;
-        };
-        let kept: Vec<&str> = items
-            .iter()
-            .filter(|item| {
-                let name = entry_name(item.get(), field);
-                match (name, *field) {
-                    (Some(n), "uriTemplate") => shown.shows_template(&n),
-                    (Some(n), _) => shown.shows(*kind, &n),
-                    (None, _) => false,
-                }
-            })
-            .map(|item| item.get())
-            .collect();
-        if kept.len() == items.len() {
-            continue;
+        match kept(value.get(), *kind, field, shown) {
+            None => return Filtered::Unreadable,
+            Some((_, 0)) => {}
+            Some((list, cut)) => {
+                hidden += cut;
+                cuts.push((value.get(), list.into_bytes()));
+            }
         }
-        hidden += items.len() - kept.len();
-        let Some(start) = json::span(message, value.get()).map(|s| s.start) else {
-            return Filtered::Unreadable;
-        };
-        let replacement = format!("[{}]", kept.join(",")).into_bytes();
-        cuts.push((start, start + value.get().len(), replacement));
     }
     if !any_list {
         return Filtered::NotAList;
@@ -174,41 +157,29 @@ pub fn filter_list(message: &[u8], shown: &impl Visibility) -> Filtered {
     if cuts.is_empty() {
         return Filtered::Unchanged;
     }
-    cuts.sort_by_key(|c| c.0);
-    let mut out = Vec::with_capacity(message.len());
-    let mut at = 0;
-    for (start, end, replacement) in cuts {
-        out.extend_from_slice(&message[at..start]);
-        out.extend_from_slice(&replacement);
-        at = end;
+    let edits: Vec<(&str, &[u8])> = cuts.iter().map(|(v, w)| (*v, w.as_slice())).collect();
+    match json::splice(message, &edits) {
+        Some(out) => Filtered::Changed(out, hidden),
+        None => Filtered::Unreadable,
     }
-    out.extend_from_slice(&message[at..]);
-    Filtered::Changed(out, hidden)
 }
 
-/// An entry's `name` / `uri` / `uriTemplate`; `None` when missing, repeated or not a
-/// string (such an entry is hidden).
-fn entry_name<'a>(item: &'a str, field: &str) -> Option<std::borrow::Cow<'a, str>> {
-    use std::borrow::Cow;
-    // Derived: other fields are skipped unparsed; a repeated one is an error.
-    #[derive(Deserialize)]
-    struct Entry<'a> {
-        #[serde(borrow)]
-        name: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        uri: Option<Cow<'a, str>>,
-        #[serde(borrow, rename = "uriTemplate")]
-        uri_template: Option<Cow<'a, str>>,
-    }
-    if !item.trim_start().starts_with('{') {
-        return None;
-    }
-    let entry: Entry<'a> = serde_json::from_str(item).ok()?;
-    match field {
-        "name" => entry.name,
-        "uri" => entry.uri,
-        _ => entry.uri_template,
-    }
+/// A list of entries (`list`, JSON text) with those `shown` hides left out, and how many
+/// were; `None` when it is not a list.
+fn kept(list: &str, kind: Kind, field: &str, shown: &impl Visibility) -> Option<(String, usize)> {
+    let items = serde_json::from_str::<Vec<&RawValue>>(list).ok()?;
+    let kept: Vec<&str> = items
+        .iter()
+        .filter(
+            |item| match (json::string_member(item.get(), field), field) {
+                (Some(n), "uriTemplate") => shown.shows_template(&n),
+                (Some(n), _) => shown.shows(kind, &n),
+                (None, _) => false,
+            },
+        )
+        .map(|item| item.get())
+        .collect();
+    Some((format!("[{}]", kept.join(",")), items.len() - kept.len()))
 }
 
 /// The most of a list answer held for filtering (about 500 tools with their schemas).
@@ -221,7 +192,7 @@ pub const MAX_STREAM_EVENT: usize = 256 * 1024;
 ///   cannot be read is replaced by a JSON-RPC error;
 /// - on a stream that may carry list answers (a legacy GET stream), an event too large or
 ///   unreadable that looks like a list answer is not shown, and everything else passes;
-/// - a name [`disguise`] hid comes back in an error answer ([`restore_hidden`]).
+/// - a name [`super::absent::disguise`] hid comes back in an error answer ([`restore_hidden`]).
 pub struct ListFilter<V> {
     pub shown: V,
     /// The answer to a list request with this id.

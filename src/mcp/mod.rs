@@ -1,9 +1,9 @@
-//! Everything mcp-edge knows about the Model Context Protocol wire format.
+//! Everything mcp-edge knows about the Model Context Protocol wire format: every module that
+//! reads or writes JSON-RPC, MCP or SSE bytes. They take bytes and values, never a Pingora
+//! session or the request context; `README.md` beside this file has the table of modules and
+//! the rules they share (eras, duplicate keys, byte-exact edits, what bridges).
 //!
-//! - [`peek`]: a borrowing read of the JSON-RPC fields routing needs.
-//! - [`headers`]: routing header names and value decoding.
-//! - [`rules`]: era classification and the 2026-07-28 header/body rules.
-//! - [`origin`]: the `Origin` allowlist.
+//! Here: the revisions the edge knows, and the bounded labels of methods and eras.
 
 pub mod absent;
 pub mod era;

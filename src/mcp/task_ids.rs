@@ -137,109 +137,128 @@ impl JsonScan {
 
     /// Scan `chunk`, appending what may go out now to `out`.
     pub fn feed(&mut self, chunk: &[u8], out: &mut BytesMut, swap: &mut Swap<'_>) {
+        // `chunk[from..]` is what has not gone out yet.
         let mut from = 0;
         for (i, &b) in chunk.iter().enumerate() {
             if self.capturing {
-                match self.string {
-                    Str::Inside { escaped: true } => {
-                        self.string = Str::Inside { escaped: false };
-                        self.held.push(b);
-                    }
-                    Str::Inside { escaped: false } if b == b'\\' => {
-                        self.string = Str::Inside { escaped: true };
-                        self.held.push(b);
-                    }
-                    Str::Inside { escaped: false } if b == b'"' => {
-                        self.string = Str::Outside;
-                        self.capturing = false;
-                        self.release(out, swap);
-                        out.extend_from_slice(b"\"");
-                        from = i + 1;
-                        self.value_ended();
-                    }
-                    _ => {
-                        self.held.push(b);
-                        if self.held.len() > MAX_ID_BYTES {
-                            // Not a task id anyone would mint: let it through as it is.
-                            self.capturing = false;
-                            out.extend_from_slice(&self.held);
-                            self.held.clear();
-                            from = i + 1;
-                        }
-                    }
+                if self.capture(b, out, swap) {
+                    from = i + 1;
                 }
-                continue;
-            }
-            if let Str::Inside { escaped } = self.string {
-                if escaped {
-                    self.string = Str::Inside { escaped: false };
-                    self.key_byte(b);
-                } else if b == b'\\' {
-                    self.string = Str::Inside { escaped: true };
-                    self.key_byte(b);
-                } else if b == b'"' {
-                    self.string = Str::Outside;
-                    if self.in_key {
-                        self.key_ended();
-                    } else {
-                        self.value_ended();
-                    }
-                } else {
-                    self.key_byte(b);
-                }
-                continue;
-            }
-            match b {
-                b'"' => {
-                    self.string = Str::Inside { escaped: false };
-                    if self.stack.last() == Some(&Frame::ObjectKey) {
-                        self.in_key = true;
-                        self.key.clear();
-                        self.key_overflow = false;
-                    } else if self.target {
-                        // A task id starts: hold it from the next byte on.
-                        out.extend_from_slice(&chunk[from..=i]);
-                        from = i + 1;
-                        self.capturing = true;
-                        self.held.clear();
-                    }
-                }
-                b'{' => {
-                    self.target = false;
-                    self.stack.push(Frame::ObjectKey);
-                }
-                b'[' => {
-                    self.target = false;
-                    self.stack.push(Frame::Array);
-                }
-                b'}' | b']' => {
-                    self.stack.pop();
-                    self.value_ended();
-                }
-                b',' => {
-                    if let Some(top) = self.stack.last_mut() {
-                        if *top == Frame::ObjectValue {
-                            *top = Frame::ObjectKey;
-                        }
-                    }
-                    self.target = false;
-                }
-                b':' => {
-                    if let Some(top) = self.stack.last_mut() {
-                        *top = Frame::ObjectValue;
-                    }
-                }
-                // Whitespace and the bytes of numbers, true, false, null.
-                _ => {
-                    if !b.is_ascii_whitespace() {
-                        self.target = false;
-                    }
-                }
+            } else if let Str::Inside { escaped } = self.string {
+                self.in_string(b, escaped);
+            } else if self.structure(b) {
+                // A task id starts: hold it from the next byte on.
+                out.extend_from_slice(&chunk[from..=i]);
+                from = i + 1;
             }
         }
         if !self.capturing {
             out.extend_from_slice(&chunk[from..]);
         }
+    }
+
+    /// A byte of a task id being held; true when what was held went out (the id ended, or
+    /// grew too long to be one).
+    fn capture(&mut self, b: u8, out: &mut BytesMut, swap: &mut Swap<'_>) -> bool {
+        match self.string {
+            Str::Inside { escaped: true } => {
+                self.string = Str::Inside { escaped: false };
+                self.held.push(b);
+            }
+            Str::Inside { escaped: false } if b == b'\\' => {
+                self.string = Str::Inside { escaped: true };
+                self.held.push(b);
+            }
+            Str::Inside { escaped: false } if b == b'"' => {
+                self.string = Str::Outside;
+                self.capturing = false;
+                self.release(out, swap);
+                out.extend_from_slice(b"\"");
+                self.value_ended();
+                return true;
+            }
+            _ => {
+                self.held.push(b);
+                if self.held.len() > MAX_ID_BYTES {
+                    // Not a task id anyone would mint: let it through as it is.
+                    self.capturing = false;
+                    out.extend_from_slice(&self.held);
+                    self.held.clear();
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// A byte inside a string that is not held (a key, or a value that is no task id).
+    fn in_string(&mut self, b: u8, escaped: bool) {
+        if escaped {
+            self.string = Str::Inside { escaped: false };
+            self.key_byte(b);
+        } else if b == b'\\' {
+            self.string = Str::Inside { escaped: true };
+            self.key_byte(b);
+        } else if b == b'"' {
+            self.string = Str::Outside;
+            if self.in_key {
+                self.key_ended();
+            } else {
+                self.value_ended();
+            }
+        } else {
+            self.key_byte(b);
+        }
+    }
+
+    /// A byte outside strings; true when it opens a task id (held from the next byte on).
+    fn structure(&mut self, b: u8) -> bool {
+        match b {
+            b'"' => {
+                self.string = Str::Inside { escaped: false };
+                if self.stack.last() == Some(&Frame::ObjectKey) {
+                    self.in_key = true;
+                    self.key.clear();
+                    self.key_overflow = false;
+                } else if self.target {
+                    self.capturing = true;
+                    self.held.clear();
+                    return true;
+                }
+            }
+            b'{' => {
+                self.target = false;
+                self.stack.push(Frame::ObjectKey);
+            }
+            b'[' => {
+                self.target = false;
+                self.stack.push(Frame::Array);
+            }
+            b'}' | b']' => {
+                self.stack.pop();
+                self.value_ended();
+            }
+            b',' => {
+                if let Some(top) = self.stack.last_mut() {
+                    if *top == Frame::ObjectValue {
+                        *top = Frame::ObjectKey;
+                    }
+                }
+                self.target = false;
+            }
+            b':' => {
+                if let Some(top) = self.stack.last_mut() {
+                    *top = Frame::ObjectValue;
+                }
+            }
+            // Whitespace and the bytes of numbers, true, false, null.
+            _ => {
+                if !b.is_ascii_whitespace() {
+                    self.target = false;
+                }
+            }
+        }
+        false
     }
 
     /// The text ended (end of body or of an SSE event): whatever is held goes out as is,

@@ -69,6 +69,34 @@ impl<A> ConnectionLimit<A> {
     }
 }
 
+impl<A> ConnectionLimit<A> {
+    /// The connection's first request head (after the TLS handshake on a TLS listener), and
+    /// whether it is HTTP/2; `None` when it did not come in time or the connection closed.
+    async fn first_head(&self, session: Stream, head: &Head) -> Option<(Stream, bool)> {
+        match &self.tls {
+            Some(acceptor) => {
+                // Boxed: the handshake's state is large, and this future lives as long as
+                // the connection (an idle stream would carry it).
+                let tls = tls_first_head(
+                    session,
+                    acceptor,
+                    &self.budget,
+                    head.deadline,
+                    head.max_bytes,
+                );
+                Box::pin(tls).await
+            }
+            None => {
+                let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
+                // Boxed like the TLS one: its read buffer must not ride in this future for
+                // the connection's life.
+                let http2 = Box::pin(first_head(&mut stream, &self.budget, head)).await?;
+                Some((Box::new(stream), http2))
+            }
+        }
+    }
+}
+
 struct Open<'a>(&'a AtomicUsize);
 
 impl Drop for Open<'_> {
@@ -107,32 +135,12 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for ConnectionLimit<A> {
             .budget
             .reserve(Holder::Connection, CONNECTION_COST)
             .await?;
-        let (session, http2): (Stream, bool) = match &self.tls {
-            Some(acceptor) => {
-                // Boxed: the handshake's state is large, and this future lives as long as
-                // the connection (an idle stream would carry it).
-                Box::pin(tls_first_head(
-                    session,
-                    acceptor,
-                    &self.budget,
-                    head_deadline,
-                    max_header_bytes,
-                ))
-                .await?
-            }
-            None => {
-                let mut stream = *session.into_any().downcast::<TcpStream>().ok()?;
-                let head = Head {
-                    deadline: head_deadline,
-                    max_bytes: max_header_bytes,
-                    h2_preface: self.h2c,
-                };
-                // Boxed like the TLS one: its read buffer must not ride in this future for
-                // the connection's life.
-                let http2 = Box::pin(first_head(&mut stream, &self.budget, &head)).await?;
-                (Box::new(stream), http2)
-            }
+        let head = Head {
+            deadline: head_deadline,
+            max_bytes: max_header_bytes,
+            h2_preface: self.h2c,
         };
+        let (session, http2) = self.first_head(session, &head).await?;
         if http2 {
             // Its streams run in tasks of their own: no per-request marks reach it here.
             return self.inner.process_new(session, shutdown).await;

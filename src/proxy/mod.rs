@@ -11,10 +11,10 @@ pub mod answer;
 pub mod body;
 pub mod ctx;
 pub mod pipeline;
-pub mod stage;
 pub mod replay;
 pub mod respond;
 pub mod rewrite;
+pub mod stage;
 pub mod stages;
 pub mod upstream;
 

@@ -82,25 +82,8 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     let Some(route) = ctx.route() else {
         return e;
     };
-    let pool = &route.pool;
     if let Some(member) = ctx.upstream.member() {
-        member.record_connect_failure(pool.health.eject);
-        let m = metrics::get();
-        m.pools
-            .connect_failures
-            .with_label_values(&[&pool.name, &member.label])
-            .inc();
-        if crate::net::tls::is_handshake_failure(&e) {
-            m.tls
-                .upstream_failures
-                .with_label_values(&[&pool.name, &member.label])
-                .inc();
-            log::warn!(
-                "pool {}: TLS handshake with {} failed: {e}",
-                pool.name,
-                member.label
-            );
-        }
+        eject(&route.pool, member, &e);
     }
     match ctx.request.pinned.as_ref().map(|p| p.holds) {
         Some(Holds::Session) => {
@@ -138,6 +121,28 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     );
     e.set_retry(true);
     e
+}
+
+/// A member that refused (or could not finish a TLS handshake) gets no new traffic for a
+/// while; the failure is counted.
+fn eject(pool: &crate::routing::Pool, member: &Member, e: &Error) {
+    member.record_connect_failure(pool.health.eject);
+    let m = metrics::get();
+    m.pools
+        .connect_failures
+        .with_label_values(&[&pool.name, &member.label])
+        .inc();
+    if crate::net::tls::is_handshake_failure(e) {
+        m.tls
+            .upstream_failures
+            .with_label_values(&[&pool.name, &member.label])
+            .inc();
+        log::warn!(
+            "pool {}: TLS handshake with {} failed: {e}",
+            pool.name,
+            member.label
+        );
+    }
 }
 
 /// The upstream failed while the request was being proxied. At most once: a request is

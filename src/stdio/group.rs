@@ -19,7 +19,6 @@ use tokio::sync::watch;
 use super::process::Proc;
 use super::{now_ms, Isolation, Spec};
 
-
 /// The `initialize` params the edge sends a process it initialises itself: no client
 /// capabilities, since a server's request could not be told apart by client.
 pub(super) const EDGE_INIT: &str = concat!(
@@ -70,6 +69,9 @@ pub enum Target {
     /// The session's own process (`per_session`).
     Own(Arc<Proc>),
 }
+
+/// What a shared slot's supervisor publishes: the process running in it.
+pub(super) type Slot = watch::Sender<Option<Arc<Proc>>>;
 
 pub(super) type Start = Shared<BoxFuture<'static, Result<Arc<Proc>, String>>>;
 
@@ -141,7 +143,7 @@ impl Group {
         spec: Arc<Spec>,
         addr: std::net::SocketAddr,
         stop: watch::Sender<bool>,
-    ) -> std::io::Result<(Arc<Group>, Vec<watch::Sender<Option<Arc<Proc>>>>)> {
+    ) -> std::io::Result<(Arc<Group>, Vec<Slot>)> {
         let shared = match spec.isolation {
             Isolation::PerPrincipal => 0,
             _ => spec.processes,
@@ -472,7 +474,9 @@ impl Group {
         self.callers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Session>>> {
+    pub(super) fn lock_sessions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -480,4 +484,3 @@ impl Group {
 pub(super) fn live(slot: &watch::Receiver<Option<Arc<Proc>>>) -> Option<Arc<Proc>> {
     slot.borrow().as_ref().filter(|p| p.is_alive()).cloned()
 }
-

@@ -115,11 +115,21 @@ pub fn launch(name: &str, spec: Arc<Spec>) -> std::io::Result<Arc<Group>> {
     crate::metrics::stdio_processes(&group.name, 0);
     for (i, tx) in slots.into_iter().enumerate() {
         let (weak, stopped) = (Arc::downgrade(&group), stopped.clone());
-        handle.spawn(supervise::supervise(weak, i, tx, stopped, group.failing.clone()));
+        handle.spawn(supervise::supervise(
+            weak,
+            i,
+            tx,
+            stopped,
+            group.failing.clone(),
+        ));
     }
     let _guard = handle.enter();
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    handle.spawn(server::serve(listener, Arc::downgrade(&group), stopped.clone()));
+    handle.spawn(server::serve(
+        listener,
+        Arc::downgrade(&group),
+        stopped.clone(),
+    ));
     handle.spawn(supervise::reap(Arc::downgrade(&group), stopped));
     if group.slots.is_empty() {
         group.probe();
@@ -172,7 +182,6 @@ pub fn mark(
     }
     Ok(())
 }
-
 
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -87,33 +87,8 @@ impl StartError {
 
 impl Proc {
     /// Start the process and read its pipes. It is not initialised yet.
-    pub fn spawn(
-        spec: &Spec,
-        pool: Arc<str>,
-        serves: Serves,
-    ) -> std::io::Result<Arc<Proc>> {
-        let (program, args) = spec
-            .command
-            .split_first()
-            .ok_or_else(|| std::io::Error::other("empty command"))?;
-        let mut command = Command::new(program);
-        let passed = PASSED_ENV
-            .iter()
-            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
-        command
-            .args(args)
-            .env_clear()
-            .envs(passed)
-            .envs(spec.env.iter())
-            .process_group(0)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(cwd) = &spec.cwd {
-            command.current_dir(cwd);
-        }
-        let mut child = command.spawn()?;
+    pub fn spawn(spec: &Spec, pool: Arc<str>, serves: Serves) -> std::io::Result<Arc<Proc>> {
+        let mut child = command(spec)?.spawn()?;
         let Some(pid) = child.id().filter(|p| *p > 0 && *p <= i32::MAX as u32) else {
             return Err(std::io::Error::other("the child has no process id"));
         };
@@ -122,7 +97,7 @@ impl Proc {
         else {
             return Err(std::io::Error::other("the child's pipes are missing"));
         };
-        let (lines, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (lines, queue) = mpsc::unbounded_channel::<Vec<u8>>();
         let (exit_tx, exited) = watch::channel(false);
         let (closed_tx, closed) = watch::channel(false);
         let queued = Arc::new(AtomicUsize::new(0));
@@ -139,23 +114,7 @@ impl Proc {
             stopping: AtomicBool::new(false),
             deaf: AtomicBool::new(false),
         });
-        let mut gone = proc.closed.clone();
-        tokio::spawn(async move {
-            let mut stdin = stdin;
-            loop {
-                let line = tokio::select! {
-                    line = queue.recv() => line,
-                    _ = gone.wait_for(|c| *c) => None,
-                };
-                let Some(line) = line else { break };
-                let written = stdin.write_all(&line).await.is_ok() && stdin.flush().await.is_ok();
-                queued.fetch_sub(line.len(), Ordering::Relaxed);
-                if !written {
-                    break;
-                }
-            }
-            // stdin closes here: a server that reads it sees its end.
-        });
+        tokio::spawn(write_stdin(stdin, queue, queued, proc.closed.clone()));
         tokio::spawn(log_stderr(stderr, pool.clone(), pid));
         let reader = proc.clone();
         tokio::spawn(async move {
@@ -382,7 +341,6 @@ impl Proc {
     pub fn touch(&self) {
         self.last_used.store(super::now_ms(), Ordering::Relaxed);
     }
-
 }
 
 /// The `initialize` answer's `result` and `protocolVersion`.
@@ -403,6 +361,54 @@ fn read_init(text: &str) -> Result<Init, String> {
         result: result.get().to_string(),
         version: read.version.into_owned(),
     })
+}
+
+/// The process's command: its own group, only the environment it is given, pipes.
+fn command(spec: &Spec) -> std::io::Result<Command> {
+    let (program, args) = spec
+        .command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut command = Command::new(program);
+    let passed = PASSED_ENV
+        .iter()
+        .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
+    command
+        .args(args)
+        .env_clear()
+        .envs(passed)
+        .envs(spec.env.iter())
+        .process_group(0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    Ok(command)
+}
+
+/// Write what is queued for the process's stdin until it closes (or its stdout did: a
+/// server that reads stdin then sees its end).
+async fn write_stdin(
+    mut stdin: tokio::process::ChildStdin,
+    mut queue: mpsc::UnboundedReceiver<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+    mut gone: watch::Receiver<bool>,
+) {
+    loop {
+        let line = tokio::select! {
+            line = queue.recv() => line,
+            _ = gone.wait_for(|c| *c) => None,
+        };
+        let Some(line) = line else { break };
+        let written = stdin.write_all(&line).await.is_ok() && stdin.flush().await.is_ok();
+        queued.fetch_sub(line.len(), Ordering::Relaxed);
+        if !written {
+            break;
+        }
+    }
 }
 
 async fn log_stderr(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32) {

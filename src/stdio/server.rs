@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use super::answers::*;
 use super::exchange::{call, listen};
 use super::group::{Group, Session, Target, Unavailable};
-use super::process::MAX_LINE;
+use super::process::{Proc, MAX_LINE};
 use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
 use crate::error::code;
 use crate::mcp::era::{discover_answer, strip_envelope, CACHEABLE};
@@ -136,30 +136,10 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
 
 async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Body> {
     let Ok(text) = std::str::from_utf8(body) else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::PARSE_ERROR,
-            "Parse error",
-        );
+        return unreadable(false);
     };
     let Some(msg) = Message::parse(text) else {
-        let batch = text.trim_start().starts_with('[');
-        let why = if batch {
-            "Invalid Request: batches are not served by stdio pools"
-        } else {
-            "Parse error"
-        };
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            if batch {
-                code::INVALID_REQUEST
-            } else {
-                code::PARSE_ERROR
-            },
-            why,
-        );
+        return unreadable(text.trim_start().starts_with('['));
     };
     if asked.modern {
         return modern(group, asked, text, &msg).await;
@@ -182,25 +162,8 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
         Ok(None) => return session_gone(msg.id),
         Err(u) => return unavailable(u.detail(group), msg.id),
     };
-    if msg.is_notification() {
-        match method {
-            // The edge initialised the process itself (or did so with the client's own
-            // `initialize`, `per_session`).
-            "notifications/initialized" => {}
-            "notifications/cancelled" => proc.forward_cancel(text, Some(&session.id)),
-            // Roots changed and the like: news for a server serving this client alone.
-            _ if proc.is_private() => {
-                let _ = proc.send_line(text);
-            }
-            _ => {}
-        }
-        return plain(StatusCode::ACCEPTED, "");
-    }
-    if msg.is_response() {
-        // An answer to the server's own request (`per_session`: ids are the process's).
-        if proc.owner().is_some() {
-            let _ = proc.send_line(text);
-        }
+    if msg.is_notification() || msg.is_response() {
+        to_process(&proc, &msg, text, &session.id);
         return plain(StatusCode::ACCEPTED, "");
     }
     if !msg.is_request() {
@@ -209,7 +172,6 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
     let stream = asked.event_stream && (msg.progress_token().is_some() || proc.owner().is_some());
     call(proc, text, Some(session), msg.id, stream, None).await
 }
-
 
 /// Equal, in time independent of where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -254,7 +216,10 @@ async fn initialize(group: &Arc<Group>, asked: &Asked<'_>, msg: &Message<'_>) ->
         }
     };
     let Some(init) = proc.init.get() else {
-        return unavailable(Unavailable::NoProcess(String::new()).detail(group), Some(id));
+        return unavailable(
+            Unavailable::NoProcess(String::new()).detail(group),
+            Some(id),
+        );
     };
     // The server's own answer (in the revision it speaks: 2025-11-25 to the edge's
     // `initialize`, or what it chose for the client's own, `per_session`).
@@ -320,6 +285,41 @@ const MODERN_METHODS: &[&str] = &[
     "resources/read",
     "completion/complete",
 ];
+
+/// A body that is not one JSON-RPC message (a batch, or not JSON at all).
+fn unreadable(batch: bool) -> Response<Body> {
+    let (code, why) = match batch {
+        true => (
+            code::INVALID_REQUEST,
+            "Invalid Request: batches are not served by stdio pools",
+        ),
+        false => (code::PARSE_ERROR, "Parse error"),
+    };
+    rpc_error(StatusCode::BAD_REQUEST, None, code, why)
+}
+
+/// A client's notification or response (to the server's own request) of a legacy session:
+/// what the process should hear of it.
+fn to_process(proc: &Proc, msg: &Message<'_>, text: &str, session: &str) {
+    if msg.is_response() {
+        // An answer to the server's own request (`per_session`: ids are the process's).
+        if proc.owner().is_some() {
+            let _ = proc.send_line(text);
+        }
+        return;
+    }
+    match msg.method.as_deref().unwrap_or_default() {
+        // The edge initialised the process itself (or did so with the client's own
+        // `initialize`, `per_session`).
+        "notifications/initialized" => {}
+        "notifications/cancelled" => proc.forward_cancel(text, Some(session)),
+        // Roots changed and the like: news for a server serving this client alone.
+        _ if proc.is_private() => {
+            let _ = proc.send_line(text);
+        }
+        _ => {}
+    }
+}
 
 fn new_session_id() -> Option<Arc<str>> {
     let mut b = [0u8; 16];

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::group::{live, Caller, Group, Target, EDGE_INIT};
 use super::calls::Serves;
+use super::group::{live, Caller, Group, Target, EDGE_INIT};
 use super::process::{Proc, StartError};
 use super::{now_ms, Isolation};
-
 
 impl Group {
     /// Start a process, initialise it and stop it, until that works once: the readiness of

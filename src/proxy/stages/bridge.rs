@@ -28,7 +28,7 @@ use crate::error::{code, EdgeError, Rejection};
 use crate::mcp::era::{self, Declared, ToLegacy};
 use crate::mcp::headers::{self, NAME, SESSION_ID};
 use crate::mcp::rules::Era;
-use crate::mcp::{jsonrpc, MODERN_VERSION};
+use crate::mcp::{json, jsonrpc, MODERN_VERSION};
 use crate::metrics::{self, TokenOp};
 use crate::proxy::answer::Answer;
 use crate::proxy::body::Body;
@@ -176,24 +176,7 @@ fn post(
         .map_err(|_| invalid("a key appears more than once in the message"))?;
     let method = message.method.as_deref();
     if let (Some("initialize"), Some(id)) = (method, message.id) {
-        let legacy: Vec<&str> = route
-            .versions
-            .accepted
-            .iter()
-            .map(String::as_str)
-            .filter(|v| crate::mcp::is_legacy_version(v))
-            .collect();
-        let declared = era::declare(message.params, &legacy)?;
-        let session = seal(sessions, route, &declared, credential)?;
-        body.replace(era::discover_body(id, &declared)?);
-        return Ok(Bridged::Forward(Box::new(State {
-            method: "server/discover".into(),
-            name: None,
-            initialize: Some(Initialize {
-                version: declared.v,
-                session,
-            }),
-        })));
+        return initialize(sessions, route, id, message.params, body, credential);
     }
     let declared = open(sessions, route, req, credential)?;
     let (Some(method), Some(id)) = (method, message.id) else {
@@ -214,10 +197,11 @@ fn post(
         )),
         _ => {
             let name = match (method, message.params) {
-                ("tools/call" | "prompts/get", Some(p)) => subject(p, "name"),
-                ("resources/read", Some(p)) => subject(p, "uri"),
+                ("tools/call" | "prompts/get", Some(p)) => json::string_member(p.get(), "name"),
+                ("resources/read", Some(p)) => json::string_member(p.get(), "uri"),
                 _ => None,
-            };
+            }
+            .map(Cow::into_owned);
             let method = method.to_owned();
             body.replace(era::with_envelope(&bytes, message.params, &declared)?);
             Ok(Bridged::Forward(Box::new(State {
@@ -229,20 +213,34 @@ fn post(
     }
 }
 
-/// `params.<key>` when it is a string.
-fn subject(params: &RawValue, key: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Named<'a> {
-        #[serde(borrow)]
-        name: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        uri: Option<Cow<'a, str>>,
-    }
-    let named: Named = serde_json::from_str(params.get()).ok()?;
-    match key {
-        "name" => named.name.map(Cow::into_owned),
-        _ => named.uri.map(Cow::into_owned),
-    }
+/// An `initialize`: what the client declares goes into the session id the bridge hands out;
+/// the member gets a `server/discover`.
+fn initialize(
+    sessions: &Sessions,
+    route: &Route,
+    id: &RawValue,
+    params: Option<&RawValue>,
+    body: &mut Body,
+    credential: Option<[u8; 16]>,
+) -> Result<Bridged, EdgeError> {
+    let legacy: Vec<&str> = route
+        .versions
+        .accepted
+        .iter()
+        .map(String::as_str)
+        .filter(|v| crate::mcp::is_legacy_version(v))
+        .collect();
+    let declared = era::declare(params, &legacy)?;
+    let session = seal(sessions, route, &declared, credential)?;
+    body.replace(era::discover_body(id, &declared)?);
+    Ok(Bridged::Forward(Box::new(State {
+        method: "server/discover".into(),
+        name: None,
+        initialize: Some(Initialize {
+            version: declared.v,
+            session,
+        }),
+    })))
 }
 
 /// What the client declared, sealed into the session id the bridge hands out.

@@ -25,7 +25,7 @@ use pingora::ErrorType;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::media;
 use crate::mcp::rules::Era;
-use crate::net::budget::{Budget, Eviction, Holder, Watch};
+use crate::net::budget::{Budget, Eviction, Holder, Reservation, Watch};
 use crate::proxy::body::Body;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::runtime::{EndpointKind, Runtime};
@@ -176,64 +176,29 @@ async fn read_all(
     if declared.is_some_and(|n| n > limit) {
         return Err(EdgeError::BodyTooLarge { limit });
     }
-    let mut room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
+    let room = budget.reserve(Holder::Body, 0).await.ok_or(BUDGET_FULL)?;
+    let mut body = Growing {
+        buf: BytesMut::new(),
+        room,
+        reserved: 0,
+        declared,
+        limit,
+    };
     // Registered as a stalled-upload candidate only once a read has to wait: a body that
     // came with its head (most do) is read without it. (Candidates are closed oldest first by
     // registration, so an upload ranks by its first wait.)
     let mut watch: Option<Watch> = None;
     let pace = Pace::new(snapshot);
-    let mut buf = BytesMut::new();
-    let mut reserved = 0usize;
     loop {
-        let read = {
-            let reading = session.downstream_session.read_request_body();
-            tokio::pin!(reading);
-            match futures::poll!(&mut reading) {
-                // Registered and told to close: stop even though the client keeps sending.
-                Poll::Ready(_) if watch.as_ref().is_some_and(Watch::is_evicted) => {
-                    return Err(BUDGET_FULL)
-                }
-                Poll::Ready(r) => r,
-                Poll::Pending => {
-                    let watch = watch.get_or_insert_with(|| budget.watch(Eviction::StalledUpload));
-                    tokio::select! {
-                        r = &mut reading => r,
-                        _ = watch.candidate().evicted() => return Err(BUDGET_FULL),
-                    }
-                }
-            }
-        };
-        match read {
+        match next_chunk(session, &mut watch, budget).await? {
             Ok(Some(chunk)) => {
-                if buf.len() + chunk.len() > limit {
-                    return Err(EdgeError::BodyTooLarge { limit });
-                }
-                // The buffer grows by doubling with what has arrived (never to what the
-                // client only declared: a trickle must not hold 4 MiB); once a quarter of the
-                // declared length is here it takes the rest at once (no last copy of a
-                // half-size buffer). The budget holds what the buffer holds.
-                let needed = buf.len() + chunk.len();
-                if needed > buf.capacity() {
-                    let ceiling = declared.unwrap_or(limit).clamp(needed, limit);
-                    let capacity = match declared {
-                        Some(_) if needed * 4 >= ceiling => ceiling,
-                        _ => needed.max(buf.capacity() * 2).min(ceiling),
-                    };
-                    if capacity > reserved {
-                        if !room.grow(capacity - reserved).await {
-                            return Err(BUDGET_FULL);
-                        }
-                        reserved = capacity;
-                    }
-                    buf.reserve(capacity - buf.len());
-                }
+                body.take(&chunk).await?;
                 if let Some(watch) = &watch {
                     watch.candidate().progressed();
                 }
-                buf.extend_from_slice(&chunk);
-                pace.check(buf.len())?;
+                pace.check(body.buf.len())?;
             }
-            Ok(None) => return Ok(Body::new(buf.freeze(), room)),
+            Ok(None) => return Ok(Body::new(body.buf.freeze(), body.room)),
             Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(EdgeError::BodyTimeout),
             Err(e) => {
                 return Err(EdgeError::ClientError {
@@ -241,6 +206,67 @@ async fn read_all(
                 })
             }
         }
+    }
+}
+
+/// The next read of the body; an upload whose read waits becomes a candidate for closing
+/// to make room (`watch`), and one told to close stops even though the client keeps sending.
+async fn next_chunk(
+    session: &mut Session,
+    watch: &mut Option<Watch>,
+    budget: &Arc<Budget>,
+) -> Result<pingora::Result<Option<bytes::Bytes>>, EdgeError> {
+    let reading = session.downstream_session.read_request_body();
+    tokio::pin!(reading);
+    match futures::poll!(&mut reading) {
+        Poll::Ready(_) if watch.as_ref().is_some_and(Watch::is_evicted) => Err(BUDGET_FULL),
+        Poll::Ready(r) => Ok(r),
+        Poll::Pending => {
+            let watch = watch.get_or_insert_with(|| budget.watch(Eviction::StalledUpload));
+            tokio::select! {
+                r = &mut reading => Ok(r),
+                _ = watch.candidate().evicted() => Err(BUDGET_FULL),
+            }
+        }
+    }
+}
+
+/// A body as it arrives, and the room it holds in the budget.
+struct Growing {
+    buf: BytesMut,
+    room: Reservation,
+    reserved: usize,
+    declared: Option<usize>,
+    limit: usize,
+}
+
+impl Growing {
+    /// Take one chunk. The buffer grows by doubling with what has arrived (never to what the
+    /// client only declared: a trickle must not hold 4 MiB); once a quarter of the declared
+    /// length is here it takes the rest at once (no last copy of a half-size buffer). The
+    /// budget holds what the buffer holds.
+    async fn take(&mut self, chunk: &[u8]) -> Result<(), EdgeError> {
+        let (buf, limit) = (&mut self.buf, self.limit);
+        if buf.len() + chunk.len() > limit {
+            return Err(EdgeError::BodyTooLarge { limit });
+        }
+        let needed = buf.len() + chunk.len();
+        if needed > buf.capacity() {
+            let ceiling = self.declared.unwrap_or(limit).clamp(needed, limit);
+            let capacity = match self.declared {
+                Some(_) if needed * 4 >= ceiling => ceiling,
+                _ => needed.max(buf.capacity() * 2).min(ceiling),
+            };
+            if capacity > self.reserved {
+                if !self.room.grow(capacity - self.reserved).await {
+                    return Err(BUDGET_FULL);
+                }
+                self.reserved = capacity;
+            }
+            buf.reserve(capacity - buf.len());
+        }
+        buf.extend_from_slice(chunk);
+        Ok(())
     }
 }
 

@@ -25,7 +25,7 @@ use crate::mcp::headers::{self, NAME};
 use crate::mcp::json;
 use crate::mcp::media::Media;
 use crate::mcp::rules::{Era, Verdict};
-use crate::mcp::task_ids::{JsonScan, SseScan};
+use crate::mcp::task_ids::{JsonScan, SseScan, Swap};
 use crate::metrics::{self, TaskIdOp};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
@@ -234,6 +234,32 @@ enum Scan {
     Sse(SseScan),
 }
 
+impl Scan {
+    /// One chunk (`None`: none) through the scan, `end` ending it.
+    fn run(&mut self, chunk: Option<Bytes>, end: bool, swap: &mut Swap<'_>) -> Bytes {
+        let mut out = BytesMut::new();
+        match self {
+            Scan::Json(json) => {
+                if let Some(chunk) = chunk {
+                    json.feed(&chunk, &mut out, swap);
+                }
+                if end {
+                    json.finish(&mut out);
+                }
+            }
+            Scan::Sse(sse) => {
+                if let Some(chunk) = chunk {
+                    out.extend_from_slice(&sse.feed(&chunk, swap));
+                }
+                if end {
+                    out.extend_from_slice(&sse.finish());
+                }
+            }
+        }
+        out.freeze()
+    }
+}
+
 /// Ids sealed for one response, so the same task gets the same id throughout it.
 #[derive(Debug, Default)]
 struct Sealed(Vec<(String, String)>);
@@ -282,25 +308,7 @@ fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> pingora:
             }
         }
     };
-    let mut out = BytesMut::new();
-    match scan {
-        Scan::Json(json) => {
-            if let Some(chunk) = body.take() {
-                json.feed(&chunk, &mut out, &mut swap);
-            }
-            if end {
-                json.finish(&mut out);
-            }
-        }
-        Scan::Sse(sse) => {
-            if let Some(chunk) = body.take() {
-                out.extend_from_slice(&sse.feed(&chunk, &mut swap));
-            }
-            if end {
-                out.extend_from_slice(&sse.finish());
-            }
-        }
-    }
+    let out = scan.run(body.take(), end, &mut swap);
     if let Some(e) = failure {
         return Err(pingora::Error::because(
             pingora::ErrorType::InternalError,
@@ -309,7 +317,7 @@ fn rewrite_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> pingora:
         ));
     }
     // An empty chunk holds back a partial id; `None` would mean end of body.
-    *body = Some(out.freeze());
+    *body = Some(out);
     Ok(())
 }
 
