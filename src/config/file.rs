@@ -15,7 +15,7 @@ pub use identity::{IdentitySection, JwtSection, PolicyRuleSection, RateLimitSect
 pub use pools::{CheckName, HealthSection, PoolSection, PoolTlsSection};
 pub use routes::{PassthroughSection, RouteSection};
 
-/// Defaults, in one place (the README's config reference lists the same values).
+/// Defaults, in one place (docs/configuration.md lists the same values).
 pub mod defaults {
     use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 

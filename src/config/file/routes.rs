@@ -39,7 +39,7 @@ pub struct RouteSection {
     pub auth: crate::identity::AuthMode,
     /// Pass the client's `Authorization` to the server; default: only when `auth = "none"`.
     pub forward_credential: Option<bool>,
-    /// Rules, first match decides (see the README).
+    /// Rules, first match decides (see docs/design.md).
     #[serde(default)]
     pub policy: Vec<PolicyRuleSection>,
     #[serde(default)]
