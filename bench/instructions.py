@@ -23,7 +23,7 @@ MEASURE = 8
 # The edge's work, by the frames callgrind names (inclusive instructions per request).
 PARTS = [
     ("request_filter (admission, body read, MCP checks)", "ProxyHttp>::request_filter::{{closure}}"),
-    ("… reading the body", "mcp_edge::proxy::body::read_all::{{closure}}"),
+    ("… reading the body", "mcp_edge::proxy::stages::method::read_all::{{closure}}"),
     ("… the JSON-RPC peek at the body", "<mcp_edge::mcp::peek::Message as serde_core::de::Deserialize>::deserialize"),
     ("… the MCP header checks", "mcp_edge::mcp::rules::header"),
     ("upstream_request_filter (forwarding headers)", "ProxyHttp>::upstream_request_filter::{{closure}}"),
