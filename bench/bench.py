@@ -22,6 +22,7 @@ import identity
 import instructions
 import stdio
 import tls
+import tracing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(ROOT, "target", "release")
@@ -209,11 +210,14 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
-        # One part alone (bench/stdio.py, bench/identity.py, bench/instructions.py), with the
+        # One part alone (bench/stdio.py, bench/identity.py, bench/tracing.py,
+        # bench/instructions.py), with the
         # full rounds.
         parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
                  "--identity": ("identity", identity,
                                 lambda: identity.run(sys.modules[__name__], work, start_upstream())),
+                 "--tracing": ("tracing", tracing,
+                               lambda: tracing.run(sys.modules[__name__], work, start_upstream())),
                  "--instructions": ("instructions", instructions,
                                     lambda: instructions.run(sys.modules[__name__], work, start_upstream()))}
         for flag, (key, module, part) in parts.items():
@@ -347,6 +351,9 @@ def run(work, results):
     # Identity: token validation and list filtering against the same requests without them.
     results["identity"] = identity.run(sys.modules[__name__], work, upstream)
 
+    # Tracing: off, on at 100 % sampling, and with the collector down (bench/tracing.py).
+    results["tracing"] = tracing.run(sys.modules[__name__], work, upstream)
+
     # Instructions per request under callgrind (bench/instructions.py): not in the quick run.
     if not QUICK:
         results["instructions"] = instructions.run(sys.modules[__name__], work, upstream)
@@ -475,6 +482,8 @@ def report(r):
         block += "\n\n" + tls.block(r["tls"])
     if "identity" in r:
         block += "\n\n" + identity.block(r["identity"])
+    if "tracing" in r:
+        block += "\n\n" + tracing.block(r["tracing"])
     if "stdio" in r:
         block += "\n\n" + stdio.block(r["stdio"])
     if "instructions" in r:

@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use config::{Config, Startup};
 use net::{budget, connections};
 use ops::reload::{ReloadService, Reloader};
+use ops::tracing::Tracing;
 use ops::{access_log, admin, maintenance, reload, shutdown};
 use runtime::Runtime;
 
@@ -82,7 +83,22 @@ pub fn build_server(config: Config, options: Options) -> Built {
     let budget = budget::Budget::new(config.runtime.limits.memory_budget);
     let runtime = Arc::new(ArcSwap::from_pointee(config.runtime));
     let (drain, drained) = shutdown::drain_switch();
-    add_listeners(&mut server, &startup, &runtime, drained, budget);
+    let tracing = startup
+        .tracing
+        .as_ref()
+        .and_then(|t| match Tracing::start(t) {
+            Ok(tracing) => Some(tracing),
+            Err(e) => {
+                log::error!("tracing: {e}; no spans will be exported");
+                None
+            }
+        });
+    let listening = Shared {
+        drained,
+        budget,
+        tracing,
+    };
+    add_listeners(&mut server, &startup, &runtime, listening);
     add_watchers(&mut server, &startup, &runtime);
     server.add_service(background_service(
         "pool maintenance",
@@ -125,26 +141,38 @@ fn add_watchers(server: &mut Server, startup: &Startup, runtime: &Arc<ArcSwap<Ru
     }
 }
 
-/// One proxy service per listener, sharing the snapshot, the load counters and the switch
-/// that ends open event streams.
+/// What every listener shares besides the snapshot.
+struct Shared {
+    /// Turns `true` to end open event streams.
+    drained: watch::Receiver<bool>,
+    budget: Arc<budget::Budget>,
+    tracing: Option<Arc<Tracing>>,
+}
+
+/// One proxy service per listener, sharing the snapshot, the load counters, the tracer and
+/// the switch that ends open event streams.
 fn add_listeners(
     server: &mut Server,
     startup: &Startup,
     runtime: &Arc<ArcSwap<Runtime>>,
-    drained: watch::Receiver<bool>,
-    budget: Arc<budget::Budget>,
+    shared: Shared,
 ) {
+    let Shared {
+        drained,
+        budget,
+        tracing,
+    } = shared;
     let load = proxy::Load::new(budget.clone());
     for (i, listener) in startup.listeners.iter().enumerate() {
         let tls = listener.tls.as_ref().map(|t| {
             pingora::listeners::tls::Acceptor::from_server_config(t.certificates.server_config())
         });
-        let edge = proxy::Edge::new(
-            runtime.clone(),
-            drained.clone(),
-            load.clone(),
-            tls.is_some(),
-        );
+        let listening = proxy::Listening {
+            tls: tls.is_some(),
+            tracing: tracing.clone(),
+            trace_context: listener.trace_context,
+        };
+        let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone(), listening);
         let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);
         if listener.h2c {
             let mut options = HttpServerOptions::default();

@@ -125,10 +125,19 @@ pub struct Runtime {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub sessions: Option<Arc<Sessions>>,
-    /// Write one access-log line per request (`access_log.enabled`; reloadable).
-    pub access_log: bool,
+    /// `[access_log]`'s reloadable part.
+    pub access_log: AccessLog,
+    /// The tool names the MCP operation metric keeps (`metrics.tool_names`).
+    pub tool_names: Vec<String>,
     /// `[identity]`: how credentials become principals.
     pub identity: Option<Arc<crate::identity::Identity>>,
+}
+
+/// What the access log writes (`access_log.enabled`, `access_log.argument_names`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AccessLog {
+    pub enabled: bool,
+    pub argument_names: bool,
 }
 
 impl Runtime {

@@ -9,12 +9,21 @@ use common::mock::{Behavior, Mock, Pace};
 use common::*;
 use serde_json::json;
 
-/// `mcp_edge_*` metric family names referenced in a text, histogram suffixes removed.
+/// `mcp_edge_*` and `mcp_server_*` metric family names referenced in a text, histogram
+/// suffixes removed.
 fn referenced(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for prefix in ["mcp_edge_", "mcp_server_"] {
+        out.extend(referenced_with(text, prefix));
+    }
+    out
+}
+
+fn referenced_with(text: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let bytes = text.as_bytes();
     let mut i = 0;
-    while let Some(pos) = text[i..].find("mcp_edge_") {
+    while let Some(pos) = text[i..].find(prefix) {
         let start = i + pos;
         let mut end = start;
         while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {

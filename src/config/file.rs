@@ -84,6 +84,13 @@ pub mod defaults {
     pub const JWKS_REFRESH_SECONDS: NonZeroU64 = long(300);
     pub const JWKS_TIMEOUT_MS: NonZeroU64 = long(2_000);
     pub const JWT_LEEWAY_SECONDS: u64 = 30;
+    pub const TRACE_SAMPLE_RATIO: f64 = 1.0;
+    /// Ended spans waiting for export (about 1 KiB each) before spans are dropped.
+    pub const TRACE_QUEUE_SPANS: NonZeroUsize = size(8_192);
+    pub const TRACE_BATCH_SPANS: NonZeroUsize = size(512);
+    pub const TRACE_FLUSH_MS: NonZeroU64 = long(1_000);
+    pub const TRACE_EXPORT_TIMEOUT_MS: NonZeroU64 = long(5_000);
+    pub const TRACE_SERVICE_NAME: &str = "mcp-edge";
 
     /// Query parameters that carry the HTTP+SSE session (TypeScript, Python SDKs).
     pub fn session_params() -> Vec<String> {
@@ -135,6 +142,7 @@ pub struct File {
     #[serde(default)]
     pub listeners: Vec<ListenerSection>,
     pub metrics: Option<MetricsSection>,
+    pub tracing: Option<TracingSection>,
     #[serde(default)]
     pub limits: LimitsSection,
     #[serde(default)]
@@ -185,6 +193,22 @@ pub struct ListenerSection {
     pub h2c: bool,
     /// TLS on this listener (HTTPS; HTTP/2 and HTTP/1.1 by ALPN).
     pub tls: Option<ListenerTlsSection>,
+    /// A client's W3C trace context: `"link"` (a new trace, linked to the client's) or
+    /// `"continue"` (the edge's span is the client's span's child).
+    #[serde(default)]
+    pub trace_context: TraceContext,
+}
+
+/// What a listener does with the trace context a client sends.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceContext {
+    /// A new trace at the edge, with a link to the client's span: a public edge does not let
+    /// callers choose trace ids or sampling.
+    #[default]
+    Link,
+    /// The client's trace continues through the edge (a client the operator trusts).
+    Continue,
 }
 
 /// `[listeners.tls]`.
@@ -241,6 +265,8 @@ pub struct AccessLogSection {
     /// `"stderr"`, `"stdout"` or a file path (appended to).
     pub output: String,
     pub queue_lines: NonZeroUsize,
+    /// Log the names of a tool call's or prompt's arguments (never their values).
+    pub argument_names: bool,
 }
 
 impl Default for AccessLogSection {
@@ -249,6 +275,7 @@ impl Default for AccessLogSection {
             enabled: true,
             output: "stderr".into(),
             queue_lines: defaults::ACCESS_LOG_QUEUE_LINES,
+            argument_names: false,
         }
     }
 }
@@ -257,6 +284,52 @@ impl Default for AccessLogSection {
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     pub address: SocketAddr,
+    /// Tool names `mcp_server_operation_duration_seconds` keeps as its `gen_ai_tool_name`
+    /// label; every other tool is `_OTHER`.
+    #[serde(default)]
+    pub tool_names: Vec<String>,
+}
+
+/// `[tracing]`: OpenTelemetry spans exported over OTLP/HTTP (protobuf). Off without it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingSection {
+    /// The collector's traces URL, `/v1/traces` included (`http://collector:4318/v1/traces`).
+    pub endpoint: String,
+    /// Of the traces the edge starts, the share kept (0 to 1); a continued trace keeps its
+    /// parent's decision.
+    #[serde(default = "sample_ratio")]
+    pub sample_ratio: f64,
+    #[serde(default = "queue_spans")]
+    pub queue_spans: NonZeroUsize,
+    #[serde(default = "batch_spans")]
+    pub batch_spans: NonZeroUsize,
+    #[serde(default = "flush_ms")]
+    pub flush_ms: NonZeroU64,
+    #[serde(default = "export_timeout_ms")]
+    pub export_timeout_ms: NonZeroU64,
+    /// `service.name` (`OTEL_SERVICE_NAME` wins when set).
+    #[serde(default = "service_name")]
+    pub service_name: String,
+}
+
+fn sample_ratio() -> f64 {
+    defaults::TRACE_SAMPLE_RATIO
+}
+fn queue_spans() -> NonZeroUsize {
+    defaults::TRACE_QUEUE_SPANS
+}
+fn batch_spans() -> NonZeroUsize {
+    defaults::TRACE_BATCH_SPANS
+}
+fn flush_ms() -> NonZeroU64 {
+    defaults::TRACE_FLUSH_MS
+}
+fn export_timeout_ms() -> NonZeroU64 {
+    defaults::TRACE_EXPORT_TIMEOUT_MS
+}
+fn service_name() -> String {
+    defaults::TRACE_SERVICE_NAME.to_string()
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]

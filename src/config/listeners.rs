@@ -47,6 +47,7 @@ pub(super) fn listeners(sections: &[ListenerSection], errs: &mut Errors) -> Vec<
             // On TLS, ALPN chooses HTTP/2.
             h2c: l.h2c && tls.is_none(),
             tls,
+            trace_context: l.trace_context,
         });
     }
     out

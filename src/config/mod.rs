@@ -12,6 +12,7 @@ mod listeners;
 mod pools;
 mod routes;
 mod sessions;
+mod tracing;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use file::{defaults, File};
+pub use file::{defaults, File, TraceContext};
 
 use crate::net::tls::Certificates;
 use crate::runtime::{Limits, Runtime, Timeouts};
@@ -39,6 +40,8 @@ pub struct Startup {
     pub config_watch: Option<Duration>,
     /// Where the access log goes and how many lines may wait (`[access_log]`).
     pub access_log: AccessLogOutput,
+    /// Where spans go (`[tracing]`; `None`: no traces).
+    pub tracing: Option<crate::ops::tracing::Settings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub struct Listener {
     pub h2c: bool,
     /// The certificates of a TLS listener (loaded and checked with the configuration).
     pub tls: Option<ListenerTls>,
+    /// Continue the trace a client's `traceparent` names, or only link to it.
+    pub trace_context: TraceContext,
 }
 
 #[derive(Debug, Clone)]
@@ -108,12 +113,13 @@ impl File {
         let prefixes = passthrough(&self.passthrough, &pools, &mut endpoints, &mut errs);
         let forwarding = forwarding(&self.forwarding, &mut errs);
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
+        let tracing = tracing::tracing(self.tracing.as_ref(), &mut errs);
         if !errs.is_empty() {
             return Err(errs);
         }
         Ok(Config {
             warnings,
-            startup: self.startup(listeners),
+            startup: self.startup(listeners, tracing),
             runtime: Runtime {
                 endpoints,
                 prefixes,
@@ -122,13 +128,25 @@ impl File {
                 limits: limits(&self.limits),
                 timeouts: timeouts(&self.timeouts),
                 sessions,
-                access_log: self.access_log.enabled,
+                access_log: crate::runtime::AccessLog {
+                    enabled: self.access_log.enabled,
+                    argument_names: self.access_log.argument_names,
+                },
+                tool_names: self
+                    .metrics
+                    .as_ref()
+                    .map(|m| m.tool_names.clone())
+                    .unwrap_or_default(),
                 identity,
             },
         })
     }
 
-    fn startup(&self, listeners: Vec<Listener>) -> Startup {
+    fn startup(
+        &self,
+        listeners: Vec<Listener>,
+        tracing: Option<crate::ops::tracing::Settings>,
+    ) -> Startup {
         let s = &self.server;
         Startup {
             threads: s.threads.map_or_else(
@@ -144,6 +162,7 @@ impl File {
                 output: crate::ops::access_log::Output::parse(&self.access_log.output),
                 queue_lines: self.access_log.queue_lines.get(),
             },
+            tracing,
         }
     }
 }

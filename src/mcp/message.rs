@@ -5,7 +5,9 @@
 //! On a stdio process's pipes only the values the edge owns change: a request's `id` and its
 //! `params._meta.progressToken` on the way in (both become the process-unique number the edge
 //! chose, [`numbered`]), the same two on the way out, and `params.requestId` of a
-//! `notifications/cancelled`. Every other byte is kept as it came.
+//! `notifications/cancelled`; and a request or notification without a trace context of its
+//! own gets the one the edge's headers carried in `params._meta` ([`with_trace_context`]:
+//! a pipe has no headers). Every other byte is kept as it came.
 
 use std::borrow::Cow;
 
@@ -96,6 +98,84 @@ pub fn numbered(text: &str, number: u64) -> Option<Numbered> {
     })
 }
 
+/// W3C trace context as HTTP headers carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHeaders {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceHeaders {
+    /// From header values: a well-formed `traceparent` (version, ids and flags in lower-case
+    /// hex) and a `tracestate` of visible ASCII, at most 512 bytes (else left out).
+    pub fn new(traceparent: &str, tracestate: Option<&str>) -> Option<TraceHeaders> {
+        let parts: Vec<&str> = traceparent.split('-').collect();
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let well_formed = parts.len() >= 4
+            && hex(parts[0], 2)
+            && hex(parts[1], 32)
+            && hex(parts[2], 16)
+            && hex(parts[3], 2)
+            && traceparent.len() <= 256;
+        if !well_formed {
+            return None;
+        }
+        let tracestate = tracestate
+            .filter(|s| !s.is_empty() && s.len() <= 512)
+            .filter(|s| s.bytes().all(|b| (b' '..=b'~').contains(&b)));
+        Some(TraceHeaders {
+            traceparent: traceparent.to_string(),
+            tracestate: tracestate.map(str::to_string),
+        })
+    }
+}
+
+/// `text` (one request or notification) with `trace` in `params._meta` (as the MCP
+/// conventions carry trace context in a message): `traceparent` and `tracestate` added as
+/// the last members of `_meta`, which is added to `params` (and `params` to the message)
+/// when absent. `None` when nothing changes: the message carries a `traceparent` of its own
+/// (the body is the client's), it is not a request or notification, or `params` or `_meta`
+/// is not one object.
+pub fn with_trace_context(text: &str, trace: &TraceHeaders) -> Option<String> {
+    let msg = Message::parse(text)?;
+    msg.method.as_ref()?;
+    let string = |v: &str| serde_json::to_string(v).ok();
+    let mut members = format!(r#""traceparent":{}"#, string(&trace.traceparent)?);
+    if let Some(state) = &trace.tracestate {
+        members.push_str(&format!(r#","tracestate":{}"#, string(state)?));
+    }
+    let top = text.trim();
+    let out = match msg.params {
+        None => json::append_member(
+            text.as_bytes(),
+            top,
+            &format!(r#""params":{{"_meta":{{{members}}}}}"#),
+        )?,
+        Some(params) if json::is_object(params.get()) => {
+            match json::member(params.get(), "_meta").ok()? {
+                None => json::append_member(
+                    text.as_bytes(),
+                    params.get(),
+                    &format!(r#""_meta":{{{members}}}"#),
+                )?,
+                Some(meta) if json::is_object(meta.get()) => {
+                    if json::member(meta.get(), "traceparent").map_or(true, |t| t.is_some()) {
+                        return None;
+                    }
+                    json::append_member(text.as_bytes(), meta.get(), &members)?
+                }
+                Some(_) => return None,
+            }
+        }
+        Some(_) => return None,
+    };
+    String::from_utf8(out).ok()
+}
+
 /// `params._meta.progressToken` (or `params._meta`) appears more than once: which one a
 /// server reads is not the edge's to guess, so it cannot be the one renumbered.
 fn has_repeated_progress_token(params: &RawValue) -> bool {
@@ -128,6 +208,55 @@ mod tests {
         assert_eq!(
             out,
             r#"{ "jsonrpc":"2.0", "id" : 12, "method":"tools/call","params":{"name":"slow","_meta":{"progressToken": 12 ,"x":1},"arguments":{"id":3}}}"#
+        );
+    }
+
+    #[test]
+    fn trace_context_goes_into_meta_and_nothing_else_changes() {
+        let t = TraceHeaders::new(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            Some("a=1"),
+        )
+        .unwrap();
+        let tp = r#""traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"a=1""#;
+        assert_eq!(
+            with_trace_context(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &t).unwrap(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{{tp}}}}}}}"#
+            )
+        );
+        assert_eq!(
+            with_trace_context(r#"{"id":1,"method":"x","params":{ "a" : [1] }}"#, &t).unwrap(),
+            format!(r#"{{"id":1,"method":"x","params":{{ "a" : [1] ,"_meta":{{{tp}}}}}}}"#)
+        );
+        assert_eq!(
+            with_trace_context(
+                r#"{"id":1,"method":"x","params":{"_meta":{"progressToken":3}}}"#,
+                &t
+            )
+            .unwrap(),
+            format!(r#"{{"id":1,"method":"x","params":{{"_meta":{{"progressToken":3,{tp}}}}}}}"#)
+        );
+        let own = r#"{"id":1,"method":"x","params":{"_meta":{"traceparent":"00-1-2-01"}}}"#;
+        assert!(
+            with_trace_context(own, &t).is_none(),
+            "the client's own context stays"
+        );
+        let twice = r#"{"id":1,"method":"x","params":{"_meta":{},"_meta":{}}}"#;
+        assert!(
+            with_trace_context(twice, &t).is_none(),
+            "an ambiguous _meta is left alone"
+        );
+        assert!(with_trace_context(r#"{"id":1,"result":{}}"#, &t).is_none());
+        assert!(TraceHeaders::new("00-xyz-b7ad6b7169203331-01", None).is_none());
+        let bad_state = TraceHeaders::new(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            Some("a=\"\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            bad_state.tracestate, None,
+            "a state that is not visible ASCII is left out"
         );
     }
 

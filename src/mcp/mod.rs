@@ -14,6 +14,7 @@ pub mod lists;
 pub mod media;
 pub mod message;
 pub mod origin;
+pub mod outcome;
 pub mod peek;
 pub mod query;
 pub mod rewrite;

@@ -123,6 +123,7 @@ pub(super) fn build() -> Result<Metrics, prometheus::Error> {
         tls: tls_metrics(&r)?,
         access: access_metrics(&r)?,
         stdio: stdio_metrics(&r)?,
+        traces: trace_metrics(&r)?,
         published: Mutex::new(HashMap::new()),
         registry: r.0,
     };
@@ -161,6 +162,34 @@ fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
             "mcp_edge_cors_preflights_total",
             "CORS preflight requests answered by the edge, by route",
             &["route"],
+        )?,
+    })
+}
+
+/// The bucket boundaries the OpenTelemetry MCP conventions advise for operation durations.
+const OPERATION_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+fn trace_metrics(r: &Registrar) -> Result<TraceMetrics, prometheus::Error> {
+    let opts = HistogramOpts::new(
+        "mcp_server_operation_duration_seconds",
+        "MCP operation duration (OpenTelemetry mcp.server.operation.duration): from receiving a request to sending its answer, by method, error type, route and the tool names the configuration lists (others _OTHER)",
+    )
+    .buckets(OPERATION_BUCKETS.to_vec());
+    Ok(TraceMetrics {
+        operation_duration: r.register(HistogramVec::new(
+            opts,
+            &["mcp_method_name", "error_type", "route", "gen_ai_tool_name"],
+        )?)?,
+        spans_exported: r.plain_counter(
+            "mcp_edge_trace_spans_exported_total",
+            "Spans the trace collector took",
+        )?,
+        spans_dropped: r.counter(
+            "mcp_edge_trace_spans_dropped_total",
+            "Spans dropped, by reason (queue_full: the export queue was full; export_failed: the collector refused, failed or timed out)",
+            &["reason"],
         )?,
     })
 }
@@ -321,6 +350,12 @@ fn preregister(m: &Metrics) {
         m.tls
             .certificate_reloads
             .with_label_values(&[label(result)])
+            .inc_by(0);
+    }
+    for reason in SpanDrop::iter() {
+        m.traces
+            .spans_dropped
+            .with_label_values(&[label(reason)])
             .inc_by(0);
     }
     for era in [EraLabel::Modern, EraLabel::Legacy] {

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub access: AccessMetrics,
     /// stdio pools.
     pub stdio: StdioMetrics,
+    /// The OpenTelemetry MCP operation metric and the export of spans.
+    pub traces: TraceMetrics,
     /// Member labels last published per pool, so departed members' series are removed.
     pub published: Mutex<HashMap<String, HashSet<String>>>,
 }
@@ -75,6 +77,28 @@ pub struct AccessMetrics {
     pub rate_limited: IntCounterVec,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
+}
+
+/// `mcp.server.operation.duration` of the OpenTelemetry MCP conventions, and the span export.
+pub struct TraceMetrics {
+    /// `mcp_server_operation_duration_seconds`: from receiving a request to sending its
+    /// answer, by method, error type, route and (for the names the configuration lists)
+    /// tool.
+    pub operation_duration: HistogramVec,
+    /// Spans the collector took.
+    pub spans_exported: IntCounter,
+    /// Spans dropped, by reason.
+    pub spans_dropped: IntCounterVec,
+}
+
+/// Why spans were dropped (the `reason` label of `mcp_edge_trace_spans_dropped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum SpanDrop {
+    /// The export queue was full: the collector is slower than the traffic, or down.
+    QueueFull,
+    /// The collector refused the export, failed, or did not answer in time.
+    ExportFailed,
 }
 
 /// stdio pools: processes running, starts by result, ends.
@@ -205,11 +229,13 @@ pub enum Eviction {
 }
 
 /// How a request ended: the `outcome` label of `mcp_edge_requests_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr, strum::EnumCount)]
 #[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     Forwarded,
     ClientError,
+    /// The client closed the connection or its stream (how MCP cancels; no error).
+    ClientClosed,
     Rejected,
     Failed,
     /// The edge answered it itself (a CORS preflight).
@@ -295,6 +321,15 @@ impl Metrics {
             .evictions
             .with_label_values(&[label(reason)])
             .inc();
+    }
+    pub fn span_dropped(&self, reason: SpanDrop, spans: u64) {
+        self.traces
+            .spans_dropped
+            .with_label_values(&[label(reason)])
+            .inc_by(spans);
+    }
+    pub fn span_exported(&self, spans: u64) {
+        self.traces.spans_exported.inc_by(spans);
     }
     /// An SSE response started (`+1`) or ended (`-1`).
     pub fn sse_streams(&self, era: EraLabel, delta: i64) {

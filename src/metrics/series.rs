@@ -14,10 +14,13 @@ pub struct RouteSeries {
     requests: Box<[OnceLock<IntCounter>]>,
     /// `mcp_edge_request_duration_seconds`, by era.
     duration: [OnceLock<Histogram>; ERAS],
+    /// `mcp_server_operation_duration_seconds` of operations without an error or a tool
+    /// label, by method index.
+    operations: Box<[OnceLock<Histogram>]>,
 }
 
 const ERAS: usize = 3;
-const OUTCOMES: usize = 5;
+const OUTCOMES: usize = <Outcome as strum::EnumCount>::COUNT;
 
 impl Default for RouteSeries {
     fn default() -> Self {
@@ -26,6 +29,9 @@ impl Default for RouteSeries {
                 .map(|_| OnceLock::new())
                 .collect(),
             duration: Default::default(),
+            operations: (0..crate::mcp::METHOD_LABELS)
+                .map(|_| OnceLock::new())
+                .collect(),
         }
     }
 }
@@ -61,6 +67,32 @@ impl RouteSeries {
         self.duration[era as usize]
             .get_or_init(|| m.request_duration.with_label_values(&[route, era_label]))
             .observe(seconds);
+    }
+}
+
+impl RouteSeries {
+    /// Record an MCP operation's duration.
+    pub fn operation(
+        &self,
+        route: &str,
+        method: &'static str,
+        error: &str,
+        tool: &str,
+        seconds: f64,
+    ) {
+        let resolve = || {
+            get()
+                .traces
+                .operation_duration
+                .with_label_values(&[method, error, route, tool])
+        };
+        let slot = self.operations.get(crate::mcp::method_index(method));
+        match slot {
+            Some(slot) if error.is_empty() && tool.is_empty() => {
+                slot.get_or_init(resolve).observe(seconds);
+            }
+            _ => resolve().observe(seconds),
+        }
     }
 }
 

@@ -116,21 +116,8 @@ impl Reloader {
                 }
                 self.runtime.store(Arc::new(config.runtime));
                 m.reload(metrics::ReloadResult::Success);
-                let s = &config.startup;
-                let listening = |l: &crate::config::Listener| {
-                    let files = l.tls.as_ref().map(|t| t.certificates.files().to_vec());
-                    (l.address, files)
-                };
-                if s.listeners.iter().map(listening).ne(self
-                    .startup
-                    .listeners
-                    .iter()
-                    .map(listening))
-                    || s.metrics != self.startup.metrics
-                    || s.threads != self.startup.threads
-                    || s.access_log != self.startup.access_log
-                {
-                    log::warn!("config reloaded from {}; listener (address, TLS certificate files), metrics, thread and access_log.output/queue_lines changes need a restart", self.path.display());
+                if needs_restart(&config.startup, &self.startup) {
+                    log::warn!("config reloaded from {}; listener (address, TLS certificate files, trace_context), metrics, thread, access_log.output/queue_lines and [tracing] changes need a restart", self.path.display());
                 } else {
                     log::info!("config reloaded from {}", self.path.display());
                 }
@@ -149,6 +136,22 @@ impl Reloader {
             }
         }
     }
+}
+
+/// A reloaded file changes what only a restart applies.
+fn needs_restart(new: &Startup, running: &Startup) -> bool {
+    let listening = |l: &crate::config::Listener| {
+        let files = l.tls.as_ref().map(|t| t.certificates.files().to_vec());
+        (l.address, files, l.trace_context)
+    };
+    new.listeners
+        .iter()
+        .map(listening)
+        .ne(running.listeners.iter().map(listening))
+        || new.metrics != running.metrics
+        || new.threads != running.threads
+        || new.access_log != running.access_log
+        || new.tracing != running.tracing
 }
 
 /// Waits for SIGHUP (when `signals`) and polls the file every `watch` (when set).

@@ -22,6 +22,7 @@ use super::stages;
 use crate::error::EdgeError;
 use crate::identity::Principal;
 use crate::mcp::media::Media;
+use crate::mcp::outcome::Ended;
 use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::{self, EraLabel};
 use crate::routing::Member;
@@ -47,6 +48,8 @@ pub struct Ctx {
     pub answered: bool,
     /// The edge error this request ended with, once the error boundary recorded it.
     pub error: Option<EdgeError>,
+    /// The client closed its connection or stream before the answer ended (no error).
+    pub client_closed: bool,
     pub stages: stages::State,
 }
 
@@ -64,6 +67,7 @@ impl Ctx {
             stored: Stored::default(),
             answered: false,
             error: None,
+            client_closed: false,
             stages: stages::State::default(),
         }
     }
@@ -121,6 +125,45 @@ pub struct Request {
     /// Where the request must go, when not round-robin (legacy: the session's member;
     /// tasks: the task's).
     pub pinned: Option<Pinned>,
+    /// What the route's rate limit and policy decided (policy), for the trace and the log.
+    pub decided: Decided,
+}
+
+/// What admission's checks decided about a request.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// The route's rate limit: `None` on a route without one.
+    pub rate: Option<RateVerdict>,
+    /// The route's policy: `None` on a route without one.
+    pub policy: Option<PolicyVerdict>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum RateVerdict {
+    Allowed,
+    /// Over the limit: answered 429.
+    Limited,
+}
+
+/// The policy's verdict and the rule that matched the caller (`none`: no rule did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyVerdict {
+    pub verdict: Policed,
+    pub rule: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Policed {
+    /// The request goes on (a subscription perhaps without the URIs the caller may not see).
+    Allowed,
+    /// It names an entry the caller may not see: answered as an absent one, or sent on
+    /// under a name no server has.
+    Hidden,
+    /// Refused: a batch (whose calls could not each be checked), or a request the policy
+    /// could not check (a subscription with a repeated key).
+    Refused,
 }
 
 impl Request {
@@ -191,12 +234,15 @@ impl Upstream {
     }
 }
 
-/// What the member's response head says, read once before the response stages run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the member's response head says, read once before the response stages run; and
+/// what its body said about how the request ended (outcome).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     pub media: Media,
     /// Compressed (a `Content-Encoding` other than `identity`): not read, not rewritten.
     pub encoded: bool,
+    /// The JSON-RPC error code or tool error the answer carried (outcome).
+    pub ended: Ended,
 }
 
 impl Default for Response {
@@ -204,6 +250,7 @@ impl Default for Response {
         Response {
             media: Media::Other,
             encoded: false,
+            ended: Ended::default(),
         }
     }
 }

@@ -29,14 +29,16 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use tokio::sync::watch;
 
+use crate::config::TraceContext;
 use crate::mcp::media::{self, Media};
+use crate::ops::tracing::Tracing;
 use crate::runtime::Runtime;
 use ctx::Ctx;
 use stage::{Admission, Flow, Outbound};
 pub use stages::limits::Load;
 
 /// The edge: one per listener, sharing the runtime snapshot, the cutoff switch for event
-/// streams and the process-wide load counters.
+/// streams, the process-wide load counters and the tracer.
 pub struct Edge {
     runtime: Arc<ArcSwap<Runtime>>,
     /// Turns `true` when the edge shuts down: open event streams end.
@@ -44,6 +46,17 @@ pub struct Edge {
     pub(crate) load: Load,
     /// This listener speaks TLS (`X-Forwarded-Proto: https`).
     pub(crate) tls: bool,
+    /// Spans, when `[tracing]` is configured.
+    pub(crate) tracing: Option<Arc<Tracing>>,
+    /// What this listener does with a client's trace context.
+    pub(crate) trace_context: TraceContext,
+}
+
+/// What an edge knows of its listener.
+pub struct Listening {
+    pub tls: bool,
+    pub tracing: Option<Arc<Tracing>>,
+    pub trace_context: TraceContext,
 }
 
 impl Edge {
@@ -51,13 +64,15 @@ impl Edge {
         runtime: Arc<ArcSwap<Runtime>>,
         cutoff: watch::Receiver<bool>,
         load: Load,
-        tls: bool,
+        listening: Listening,
     ) -> Self {
         Edge {
             runtime,
             cutoff,
             load,
-            tls,
+            tls: listening.tls,
+            tracing: listening.tracing,
+            trace_context: listening.trace_context,
         }
     }
 }
@@ -103,7 +118,9 @@ impl ProxyHttp for Edge {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let member = upstream::choose(ctx)?;
-        Ok(upstream::peer(ctx, member))
+        let peer = upstream::peer(ctx, member);
+        pipeline::attempt(ctx, self);
+        Ok(peer)
     }
 
     async fn request_body_filter(
@@ -128,6 +145,7 @@ impl ProxyHttp for Edge {
         ctx: &mut Self::CTX,
         e: Box<Error>,
     ) -> Box<Error> {
+        pipeline::attempt_failed(ctx, &e);
         upstream::connect_failed(ctx, peer, e)
     }
 
@@ -151,10 +169,8 @@ impl ProxyHttp for Edge {
         resp: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        ctx.response = ctx::Response {
-            media: Media::of_headers(&resp.headers),
-            encoded: media::is_encoded(&resp.headers),
-        };
+        ctx.response.media = Media::of_headers(&resp.headers);
+        ctx.response.encoded = media::is_encoded(&resp.headers);
         pipeline::response(resp, ctx, self)
     }
 
@@ -174,9 +190,10 @@ impl ProxyHttp for Edge {
         peer: &HttpPeer,
         _session: &mut Session,
         e: Box<Error>,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
         _client_reused: bool,
     ) -> Box<Error> {
+        pipeline::attempt_failed(ctx, &e);
         upstream::proxy_failed(e).more_context(format!("Peer: {peer}"))
     }
 

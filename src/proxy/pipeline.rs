@@ -24,6 +24,8 @@ use crate::error::Rejection;
 macro_rules! pipeline {
     (
         request: [$($request:ty),* $(,)?],
+        attempt: [$($attempt:ty),* $(,)?],
+        attempt_failed: [$($failed:ty),* $(,)?],
         upstream_request: [$($upstream:ty),* $(,)?],
         response: [$($response:ty),* $(,)?],
         response_body: [$($body:ty),* $(,)?],
@@ -32,6 +34,8 @@ macro_rules! pipeline {
     ) => {
         /// The stages of each phase, in order, by name.
         pub const REQUEST: &[&str] = &[$(<$request as Stage>::NAME),*];
+        pub const ATTEMPT: &[&str] = &[$(<$attempt as Stage>::NAME),*];
+        pub const ATTEMPT_FAILED: &[&str] = &[$(<$failed as Stage>::NAME),*];
         pub const UPSTREAM_REQUEST: &[&str] = &[$(<$upstream as Stage>::NAME),*];
         pub const RESPONSE: &[&str] = &[$(<$response as Stage>::NAME),*];
         pub const RESPONSE_BODY: &[&str] = &[$(<$body as Stage>::NAME),*];
@@ -49,6 +53,14 @@ macro_rules! pipeline {
                 }
             )*
             Ok(once_admitted.map_or(Flow::Next, Flow::Answer))
+        }
+
+        pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
+            $(<$attempt as Stage>::attempt(ctx, edge);)*
+        }
+
+        pub fn attempt_failed(ctx: &mut Ctx, error: &pingora::Error) {
+            $(<$failed as Stage>::attempt_failed(ctx, error);)*
         }
 
         pub fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
@@ -74,8 +86,8 @@ macro_rules! pipeline {
             Ok(())
         }
 
-        pub fn answer(head: &mut ResponseHeader, ctx: &Ctx) -> pingora::Result<()> {
-            $(<$answer as Stage>::answer(head, ctx)?;)*
+        pub fn answer(head: &mut ResponseHeader, body: &[u8], ctx: &mut Ctx) -> pingora::Result<()> {
+            $(<$answer as Stage>::answer(head, body, ctx)?;)*
             Ok(())
         }
 
@@ -87,6 +99,7 @@ macro_rules! pipeline {
 
 pipeline! {
     request: [
+        trace::Trace,
         limits::Requests,
         route::Head,
         identity::Metadata,
@@ -102,6 +115,13 @@ pipeline! {
         limits::Streams,
         legacy::Legacy,
         policy::Policy,
+        access_log::AccessLog,
+    ],
+    attempt: [
+        trace::Trace,
+    ],
+    attempt_failed: [
+        trace::Trace,
     ],
     upstream_request: [
         method::Method,
@@ -113,10 +133,13 @@ pipeline! {
         policy::Policy,
         forwarding::Forwarding,
         stdio::Stdio,
+        trace::Trace,
     ],
     response: [
         metrics::Metrics,
         limits::Streams,
+        outcome::Outcome,
+        trace::Trace,
         policy::Policy,
         bridge::Bridge,
         legacy::Legacy,
@@ -124,15 +147,18 @@ pipeline! {
         tasks::Tasks,
     ],
     response_body: [
+        outcome::Outcome,
         tasks::Tasks,
         super::rewrite::Rewrite,
         legacy::Legacy,
     ],
     answer: [
+        outcome::Outcome,
         cors::Cors,
     ],
     logging: [
         metrics::Metrics,
+        trace::Trace,
         access_log::AccessLog,
     ],
 }
@@ -145,6 +171,8 @@ mod tests {
     fn no_stage_appears_twice_in_a_phase() {
         for list in [
             REQUEST,
+            ATTEMPT,
+            ATTEMPT_FAILED,
             UPSTREAM_REQUEST,
             RESPONSE,
             RESPONSE_BODY,

@@ -36,7 +36,7 @@ pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: Answer) {
     let Ok(mut resp) = answer_head(&answer) else {
         return;
     };
-    if pipeline::answer(&mut resp, ctx).is_err() {
+    if pipeline::answer(&mut resp, &answer.body, ctx).is_err() {
         return;
     }
     let body = (!answer.body.is_empty()).then_some(answer.body);
@@ -104,7 +104,6 @@ async fn drain_unread_body(session: &mut Session, ctx: &Ctx) {
 /// response had started or the client is gone, so the stream is cut instead).
 pub async fn fail(session: &mut Session, ctx: &mut Ctx, e: &Error) -> u16 {
     let error = edge_error_in(e).cloned().unwrap_or_else(|| classify(e));
-    record(ctx, &error);
     let client_gone = matches!(error, EdgeError::ClientError { .. })
         && matches!(
             e.etype(),
@@ -113,7 +112,14 @@ pub async fn fail(session: &mut Session, ctx: &mut Ctx, e: &Error) -> u16 {
     // Pingora closes the client connection after a failure: say so (`Connection: close`),
     // so a keep-alive client does not send its next request into a closing connection.
     session.downstream_session.set_keepalive(None);
-    if session.response_written().is_some() || client_gone {
+    if client_gone {
+        // The client closed its connection or stream: how MCP cancels, and how a client
+        // leaves a stream it listened to. Not an error.
+        ctx.client_closed = true;
+        return 0;
+    }
+    record(ctx, &error);
+    if session.response_written().is_some() {
         return 0;
     }
     let id = ctx.request_id().cloned();
@@ -163,7 +169,7 @@ fn classify(e: &Error) -> EdgeError {
 }
 
 /// Write an edge error response. Failures to write mean the client is gone; nothing to do.
-async fn write(session: &mut Session, ctx: &Ctx, error: &EdgeError, id: Option<&Value>) {
+async fn write(session: &mut Session, ctx: &mut Ctx, error: &EdgeError, id: Option<&Value>) {
     let body: Bytes = error.body(id);
     if !session.downstream_session.is_body_done() {
         // The request body was not read: the connection cannot carry another request.
@@ -173,7 +179,7 @@ async fn write(session: &mut Session, ctx: &Ctx, error: &EdgeError, id: Option<&
         return;
     };
     // An allowed origin's page can read the error (its status, body and marker).
-    if pipeline::answer(&mut resp, ctx).is_err() {
+    if pipeline::answer(&mut resp, &body, ctx).is_err() {
         return;
     }
     if session

@@ -52,6 +52,13 @@ pub trait Stage {
         Ok(Flow::Next)
     }
 
+    /// `upstream_peer`: a try at a member begins (`ctx.upstream.member()`); a request sent
+    /// again after a failed try begins another.
+    fn attempt(_ctx: &mut Ctx, _edge: &Edge) {}
+
+    /// `fail_to_connect`, `error_while_proxy`: the current try failed (another may follow).
+    fn attempt_failed(_ctx: &mut Ctx, _error: &pingora::Error) {}
+
     /// `upstream_request_filter`: the head the member gets.
     fn upstream_request(_o: &mut Outbound<'_>) -> pingora::Result<()> {
         Ok(())
@@ -69,9 +76,9 @@ pub trait Stage {
         Ok(())
     }
 
-    /// The head of an answer the edge writes itself (an error, a bridged or hidden entry's
-    /// answer, a metadata document).
-    fn answer(_head: &mut ResponseHeader, _ctx: &Ctx) -> pingora::Result<()> {
+    /// The head and body of an answer the edge writes itself (an error, a bridged or hidden
+    /// entry's answer, a metadata document).
+    fn answer(_head: &mut ResponseHeader, _body: &[u8], _ctx: &mut Ctx) -> pingora::Result<()> {
         Ok(())
     }
 

@@ -31,7 +31,7 @@ use super::process::{Proc, MAX_LINE};
 use super::{Isolation, CALLER_HEADER, SECRET_HEADER};
 use crate::error::code;
 use crate::mcp::era::{discover_answer, strip_envelope, CACHEABLE};
-use crate::mcp::message::Message;
+use crate::mcp::message::{with_trace_context, Message, TraceHeaders};
 use crate::mcp::{jsonrpc, MODERN_VERSION};
 
 pub async fn serve(
@@ -78,6 +78,8 @@ struct Asked<'a> {
     session: Option<&'a str>,
     event_stream: bool,
     modern: bool,
+    /// The trace context the edge sent (its CLIENT span), for the message's `_meta`.
+    trace: Option<TraceHeaders>,
 }
 
 async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
@@ -98,11 +100,13 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
     let modern = text(crate::mcp::headers::PROTOCOL_VERSION) == Some(MODERN_VERSION);
+    let trace = text("traceparent").and_then(|p| TraceHeaders::new(p, text("tracestate")));
     let asked = Asked {
         caller: &caller,
         session: session.as_deref(),
         event_stream,
         modern,
+        trace,
     };
     match *req.method() {
         http::Method::POST => {
@@ -138,6 +142,12 @@ async fn post(group: &Arc<Group>, asked: &Asked<'_>, body: &[u8]) -> Response<Bo
     let Ok(text) = std::str::from_utf8(body) else {
         return unreadable(false);
     };
+    // A pipe has no headers: the trace context goes into the message.
+    let traced = asked
+        .trace
+        .as_ref()
+        .and_then(|t| with_trace_context(text, t));
+    let text = traced.as_deref().unwrap_or(text);
     let Some(msg) = Message::parse(text) else {
         return unreadable(text.trim_start().starts_with('['));
     };

@@ -10,6 +10,7 @@ pub mod dead;
 pub mod edge_process;
 pub mod http1;
 pub mod mock;
+pub mod otlp;
 pub mod peers;
 pub mod tls;
 

@@ -151,6 +151,25 @@ pub fn ts_server_with(mode: &str, instance: &str, extra: &[&str]) -> Peer {
     Peer::spawn(c, instance)
 }
 
+/// [`ts_server`] traced with the official OpenTelemetry JS SDK (`otel.cjs`): a SERVER span
+/// per HTTP request, exported to `traces` (an OTLP/HTTP traces URL) as it ends.
+pub fn ts_server_traced(mode: &str, instance: &str, traces: &str) -> Peer {
+    let mut c = node();
+    c.args(["--require", "./otel.cjs", "ts-server.mjs", "--mode", mode])
+        .args(["--instance", instance, "--port", "0"])
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)
+        .env("OTEL_SERVICE_NAME", format!("ts-peer-{instance}"));
+    Peer::spawn(c, instance)
+}
+
+/// `otlp-receiver.py` (an OTLP/HTTP collector decoding with the official protobuf
+/// definitions), with its args (`--mode refuse`, `--stall SECONDS`).
+pub fn otlp_receiver(args: &[&str]) -> Peer {
+    let mut c = Command::new(python());
+    c.current_dir(dir()).arg("otlp-receiver.py").args(args);
+    Peer::spawn(c, "otlp-receiver")
+}
+
 /// `py-server.py` with extra args (e.g. `--transport streamable-http --stateless`).
 pub fn py_server(args: &[&str], instance: &str) -> Peer {
     let mut c = Command::new(python());

@@ -79,6 +79,9 @@ function buildServer() {
         server.registerTool('note', { description: 'remember text in this process; all remembered', inputSchema: z.object({ text: z.string() }) },
             async ({ text: t }) => { notes.push(t); return text(notes.join(',')); });
         server.registerTool('pid', { description: 'this process id' }, async () => text(String(process.pid)));
+        // The request's `_meta` as this process read it off its pipe (the trace context the edge put there).
+        server.registerTool('meta', { description: "this request's _meta" }, async extra =>
+            text(JSON.stringify((extra.mcpReq ? extra.mcpReq._meta : extra._meta) ?? {})));
         // A server-to-client request (2025 revisions): the client's answer comes back in the result.
         server.registerTool('ask', { description: 'ask the client (elicitation)' }, async extra => {
             const params = { mode: 'form', message: 'ok?', requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } } } };

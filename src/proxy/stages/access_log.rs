@@ -1,27 +1,73 @@
-//! One JSON access-log line per request, handed to the writer
-//! ([`crate::ops::access_log`]), which adds the timestamp and writes it off the request path.
+//! One JSON access-log line per request, the audit record of who called what and what the
+//! edge decided; handed to the writer ([`crate::ops::access_log`]), which adds the timestamp
+//! and writes it off the request path.
+//!
+//! Every line has every field (`null` when it does not apply): the trace and span ids, the
+//! principal (issuer and subject; an API key's subject is its name) and tenant, the client's
+//! address (after the trusted proxies), the tool, prompt or resource the request names in
+//! any era, the rate limiter's and the policy's verdicts. Never Authorization, session ids,
+//! tokens or argument values; with `access_log.argument_names` the names of a tool call's or
+//! prompt's arguments (read in the request phase, while the body is the edge's).
 
 use pingora::proxy::Session;
 use serde::Serialize;
 
+use crate::error::Rejection;
+use crate::mcp::json;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::stage::Stage;
+use crate::proxy::stage::{Admission, Flow, Stage};
+
+/// At most this many argument names, each at most [`MAX_NAME`] bytes.
+const MAX_ARGUMENTS: usize = 32;
+const MAX_NAME: usize = 64;
+
+#[derive(Default)]
+pub struct State {
+    /// The names of the request's arguments (`access_log.argument_names`).
+    arguments: Option<Box<[String]>>,
+}
 
 pub struct AccessLog;
 
 impl Stage for AccessLog {
     const NAME: &'static str = "access_log";
 
+    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let wanted = a.ctx.snapshot.access_log;
+        if wanted.enabled && wanted.argument_names {
+            a.ctx.stages.access_log.arguments = argument_names(a.ctx).map(Vec::into_boxed_slice);
+        }
+        Ok(Flow::Next)
+    }
+
     fn logging(session: &Session, ctx: &mut Ctx) {
-        if ctx.snapshot.access_log {
+        if ctx.snapshot.access_log.enabled {
             log_line(session, ctx);
         }
     }
 }
 
-/// One JSON object per request, handed to the writer (`crate::ops::access_log`), which adds the
-/// timestamp and writes it off the request path. Never carries Authorization, session ids,
-/// tokens or arguments.
+/// The keys of `params.arguments` of a `tools/call` or `prompts/get`.
+fn argument_names(ctx: &Ctx) -> Option<Vec<String>> {
+    let method = ctx.request.method()?;
+    if method != "tools/call" && method != "prompts/get" {
+        return None;
+    }
+    let body = ctx.request.body.as_ref()?;
+    let text = std::str::from_utf8(body.bytes()).ok()?;
+    let params = json::member(text, "params").ok()??;
+    let arguments = json::member(params.get(), "arguments").ok()??;
+    let members = json::members(arguments.get())?;
+    Some(
+        members
+            .iter()
+            .take(MAX_ARGUMENTS)
+            .map(|(name, _)| name.chars().take(MAX_NAME).collect())
+            .collect(),
+    )
+}
+
+/// One JSON object per request.
 #[derive(Serialize)]
 struct Line<'a> {
     route: &'a str,
@@ -35,20 +81,36 @@ struct Line<'a> {
     error: Option<&'static str>,
     duration_ms: f64,
     bytes_sent: usize,
-    /// Who called, on a route with `auth` (the principal's subject and tenant).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
+    span_id: Option<String>,
+    client: Option<String>,
+    /// Who called, on a route with `auth`: the principal's subject (an API key's name) and
+    /// its issuer, and the tenant.
     principal: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    issuer: Option<&'a str>,
     tenant: Option<&'a str>,
+    rate_limit: Option<&'static str>,
+    policy: Option<&'static str>,
+    policy_rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a [String]>,
 }
 
 fn log_line(session: &Session, ctx: &Ctx) {
     let principal = ctx.request.principal.as_deref();
+    let message = ctx.request.message.as_deref();
+    let (trace_id, span_id) = ids(session, ctx);
+    let decided = &ctx.request.decided;
     let line = Line {
         route: ctx.route_name(),
         http_method: session.req_header().method.as_str(),
         method: (ctx.labels.method != "none").then_some(ctx.labels.method),
-        name: ctx.request.message.as_ref().and_then(|m| m.name.as_deref()),
+        // The `Mcp-Name` subject (2026-07-28), else the entry the body names (any era).
+        name: message.and_then(|m| {
+            m.name
+                .as_deref()
+                .or(m.target.as_ref().map(|t| t.value.as_str()))
+        }),
         era: ctx.labels.era.into(),
         member: ctx.upstream.member().map(|m| m.label.as_str()),
         status: session.response_written().map(|r| r.status.as_u16()),
@@ -56,12 +118,36 @@ fn log_line(session: &Session, ctx: &Ctx) {
         error: ctx.error.as_ref().map(|e| e.kind().as_str()),
         duration_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         bytes_sent: session.body_bytes_sent(),
+        trace_id,
+        span_id,
+        client: super::forwarding::client_address(session, &ctx.snapshot.forwarding)
+            .map(|ip| ip.to_string()),
         principal: principal.map(|p| p.subject.as_str()),
+        issuer: principal.map(|p| p.issuer.as_str()),
         tenant: principal.and_then(|p| p.tenant.as_deref()),
+        rate_limit: decided.rate.map(<&str>::from),
+        policy: decided.policy.as_ref().map(|p| p.verdict.into()),
+        policy_rule: decided.policy.as_ref().map(|p| p.rule.as_str()),
+        arguments: ctx.stages.access_log.arguments.as_deref(),
     };
-    let mut json = Vec::with_capacity(320);
+    let mut json = Vec::with_capacity(480);
     // Serializing borrowed strings and numbers into a Vec cannot fail.
     if serde_json::to_writer(&mut json, &line).is_ok() {
         crate::ops::access_log::submit(json);
+    }
+}
+
+/// The request's SERVER span when it is traced; else the client's own trace context, when
+/// its `traceparent` is valid (the trace the request belongs to, without a span of the edge).
+fn ids(session: &Session, ctx: &Ctx) -> (Option<String>, Option<String>) {
+    match super::trace::ids(ctx) {
+        Some(sc) => (
+            Some(sc.trace_id().to_string()),
+            Some(sc.span_id().to_string()),
+        ),
+        None => match super::trace::remote_parent(session.req_header()) {
+            Some(sc) => (Some(sc.trace_id().to_string()), None),
+            None => (None, None),
+        },
     }
 }

@@ -86,7 +86,7 @@ impl Stage for Cors {
         decorate(head, ctx)
     }
 
-    fn answer(head: &mut ResponseHeader, ctx: &Ctx) -> pingora::Result<()> {
+    fn answer(head: &mut ResponseHeader, _body: &[u8], ctx: &mut Ctx) -> pingora::Result<()> {
         decorate(head, ctx)
     }
 }

@@ -50,6 +50,13 @@ struct Sticky {
     token: String,
 }
 
+/// The member's own id of the legacy session a request belongs to (never the token the
+/// client holds, which opens it).
+pub fn upstream_session(ctx: &Ctx) -> Option<&str> {
+    let state = ctx.stages.legacy.as_deref()?;
+    state.session.as_ref().map(|s| s.upstream_id.as_str())
+}
+
 pub struct Legacy;
 
 impl Stage for Legacy {

@@ -28,6 +28,14 @@ pub struct State {
     stream_room: Option<Reservation>,
 }
 
+impl State {
+    /// The request is a long-lived stream (it holds a slot in `limits.max_streams`): its
+    /// operation is opening the stream, over once the member's head arrives.
+    pub fn long_lived(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
 pub struct Requests;
 
 impl Stage for Requests {
@@ -49,8 +57,7 @@ impl Stage for Streams {
         let Some(endpoint) = &a.ctx.request.endpoint else {
             return Ok(Flow::Next);
         };
-        let method = crate::mcp::method_label(a.ctx.request.method());
-        if !is_stream(a.session.req_header(), endpoint.kind, method) {
+        if !is_stream(a.session.req_header(), endpoint.kind, a.ctx.labels.method) {
             return Ok(Flow::Next);
         }
         let slot = a.edge.load.stream(&a.ctx.snapshot.limits).await;

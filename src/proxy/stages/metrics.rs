@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
+use super::outcome::Failure;
 use crate::error::EdgeError;
 use crate::metrics::{self, Outcome, RouteSeries};
 use crate::proxy::ctx::Ctx;
@@ -20,6 +21,8 @@ static NO_ROUTE: LazyLock<RouteSeries> = LazyLock::new(RouteSeries::default);
 pub struct State {
     /// The response is an event stream counted in `mcp_edge_active_sse_streams`.
     streaming: bool,
+    /// The MCP operation's duration was recorded (a long-lived stream's, at its head).
+    operation: bool,
 }
 
 pub struct Metrics;
@@ -30,6 +33,9 @@ impl Stage for Metrics {
     fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
         let status = head.status.as_u16();
         ctx.upstream.status = Some(status);
+        if ctx.stages.limits.long_lived() {
+            operation(ctx);
+        }
         if ctx.response.is_event_stream() && !ctx.stages.metrics.streaming {
             ctx.stages.metrics.streaming = true;
             metrics::get().sse_streams(ctx.labels.era, 1);
@@ -60,15 +66,54 @@ impl Stage for Metrics {
             None => (&*NO_ROUTE, ctx.route_name()),
         };
         series.finished(route, l.method, l.era, outcome(ctx), seconds);
+        if !ctx.stages.metrics.operation {
+            operation(ctx);
+        }
         if ctx.stages.metrics.streaming {
             metrics::get().sse_streams(ctx.labels.era, -1);
         }
     }
 }
 
+/// `mcp_server_operation_duration_seconds`: an MCP request from its arrival to its answer
+/// (a long-lived stream: to its opening).
+fn operation(ctx: &mut Ctx) {
+    ctx.stages.metrics.operation = true;
+    let method = ctx.labels.method;
+    if method == crate::mcp::method_label(None) {
+        return;
+    }
+    let seconds = ctx.started.elapsed().as_secs_f64();
+    let error = Failure::of(ctx).map(|f| f.label()).unwrap_or_default();
+    let tool = tool_label(ctx);
+    match ctx.route() {
+        Some(route) => route
+            .series
+            .operation(&route.name, method, &error, tool, seconds),
+        None => NO_ROUTE.operation(ctx.route_name(), method, &error, tool, seconds),
+    }
+}
+
+/// The `gen_ai_tool_name` label: a tool call's tool when `metrics.tool_names` lists it, else
+/// `_OTHER`; empty for other methods.
+fn tool_label(ctx: &Ctx) -> &str {
+    let Some(message) = ctx.request.message.as_deref() else {
+        return "";
+    };
+    if message.method.as_deref() != Some("tools/call") {
+        return "";
+    }
+    let name = message.target.as_ref().map(|t| t.value.as_str());
+    match name {
+        Some(name) if ctx.snapshot.tool_names.iter().any(|n| n == name) => name,
+        _ => "_OTHER",
+    }
+}
+
 /// How the request ended.
 pub fn outcome(ctx: &Ctx) -> Outcome {
     match (&ctx.error, ctx.upstream.status) {
+        (None, _) if ctx.client_closed => Outcome::ClientClosed,
         (None, Some(_)) => Outcome::Forwarded,
         (None, None) if ctx.answered => Outcome::Answered,
         (Some(EdgeError::ClientError { .. }), _) => Outcome::ClientError,

@@ -12,11 +12,13 @@ pub mod legacy;
 pub mod limits;
 pub mod method;
 pub mod metrics;
+pub mod outcome;
 pub mod policy;
 pub mod route;
 pub mod rules;
 pub mod stdio;
 pub mod tasks;
+pub mod trace;
 
 /// Each stage's own per-request state (boxed where few requests need it: the context lives
 /// as long as an idle event stream).
@@ -26,6 +28,9 @@ pub struct State {
     pub limits: limits::State,
     pub method: method::State,
     pub metrics: metrics::State,
+    pub outcome: outcome::State,
+    pub access_log: access_log::State,
+    pub trace: Option<Box<trace::State>>,
     pub tasks: Option<Box<tasks::State>>,
     pub bridge: Option<Box<bridge::State>>,
     pub legacy: Option<Box<legacy::State>>,

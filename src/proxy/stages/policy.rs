@@ -27,7 +27,7 @@ use crate::mcp::sse;
 use crate::mcp::target::{Kind, Target};
 use crate::metrics;
 use crate::proxy::answer::Answer;
-use crate::proxy::ctx::Ctx;
+use crate::proxy::ctx::{Ctx, Policed, PolicyVerdict, RateVerdict};
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
@@ -56,17 +56,27 @@ impl Stage for Policy {
         if access.rate.is_none() && access.policy.is_none() {
             return Ok(Flow::Next);
         }
-        let reject = |e| Rejection::with_id(e, a.ctx.request_id().cloned());
+        let id = a.ctx.request_id().cloned();
+        let reject = |e| Rejection::with_id(e, id.clone());
         let grant = access
             .policy
             .as_ref()
             .map(|p| p.grant(a.ctx.request.principal.as_deref()));
-        limit_rate(a, &endpoint.route, grant.as_ref()).map_err(reject)?;
+        let rated = limit_rate(a, &endpoint.route, grant.as_ref());
+        if access.rate.is_some() {
+            let verdict = match rated {
+                Ok(()) => RateVerdict::Allowed,
+                Err(_) => RateVerdict::Limited,
+            };
+            a.ctx.request.decided.rate = Some(verdict);
+        }
+        rated.map_err(reject)?;
         let Some(grant) = grant else {
             return Ok(Flow::Next);
         };
         let message = a.ctx.request.message.as_deref();
         if message.is_some_and(|m| m.batch) {
+            decide(a.ctx, Policed::Refused, &grant);
             return Err(reject(EdgeError::BatchRefused));
         }
         let messages = endpoint.kind == EndpointKind::Messages;
@@ -81,7 +91,14 @@ impl Stage for Policy {
             stream: a.session.req_header().method == http::Method::GET,
             restore_hidden: false,
         };
-        let flow = police(a, &endpoint.route, &mut state)?;
+        let flow = police(a, &endpoint.route, &mut state);
+        let verdict = match &flow {
+            Ok(Flow::Next) if !state.restore_hidden => Policed::Allowed,
+            Ok(_) => Policed::Hidden,
+            Err(_) => Policed::Refused,
+        };
+        decide(a.ctx, verdict, &state.grant);
+        let flow = flow?;
         a.ctx.stages.policy = Some(Box::new(state));
         Ok(flow)
     }
@@ -97,6 +114,14 @@ impl Stage for Policy {
     fn response(head: &mut ResponseHeader, ctx: &mut Ctx, edge: &Edge) -> pingora::Result<()> {
         filter_lists(head, ctx, edge)
     }
+}
+
+/// The policy's verdict, for the trace and the access log.
+fn decide(ctx: &mut Ctx, verdict: Policed, grant: &Grant) {
+    ctx.request.decided.policy = Some(PolicyVerdict {
+        verdict,
+        rule: grant.rule().to_string(),
+    });
 }
 
 /// A tool's bucket only for a name the caller may use; every request also draws from the
