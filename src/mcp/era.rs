@@ -246,23 +246,29 @@ impl Transform for ToLegacy {
 
 /// A 2026-07-28 request as a process initialised in a 2025 revision takes it: without the
 /// envelope in `params._meta` (a Python server refuses a request carrying it on a 2025
-/// connection). Only `_meta` is rewritten (its other keys kept, their order not). `meta` is
-/// the message's own `params._meta` (a slice of `text`).
-pub fn strip_envelope<'t>(text: &'t str, meta: Option<&RawValue>) -> std::borrow::Cow<'t, str> {
-    let Some(meta) = meta else {
-        return text.into();
+/// connection). Only `_meta` is rewritten (its other keys kept, their order not). `params`
+/// is the message's own `params` (a slice of `text`). `None` when `params` repeats `_meta`:
+/// which copy the process reads is unknown, so the request is refused (`mcp/README.md`).
+pub fn strip_envelope<'t>(
+    text: &'t str,
+    params: Option<&RawValue>,
+) -> Option<std::borrow::Cow<'t, str>> {
+    let meta = match params.map(|p| member(p.get(), "_meta")) {
+        None | Some(Ok(None)) => return Some(text.into()),
+        Some(Err(_)) => return None,
+        Some(Ok(Some(meta))) => meta,
     };
     // A key may be written with escapes (`io.modelcontextprotocol\/…`, `\u0069o…`).
     let raw = meta.get();
     if !raw.contains("io.modelcontextprotocol") && !raw.contains('\\') {
-        return text.into();
+        return Some(text.into());
     }
     let Ok(mut map) = serde_json::from_str::<Map<String, Value>>(raw) else {
-        return text.into();
+        return Some(text.into());
     };
     map.retain(|k, _| !k.starts_with(ENVELOPE_PREFIX));
     let with = Value::Object(map).to_string();
-    json::splice_str(text, &[(raw, &with)]).map_or(text.into(), Into::into)
+    Some(json::splice_str(text, &[(raw, &with)]).map_or(text.into(), Into::into))
 }
 
 /// `server/discover` (with `id`) answered from an `initialize` result (`init`, JSON text).

@@ -277,7 +277,9 @@ async fn modern(
         }
     }
     let stream = asked.event_stream && msg.progress_token().is_some();
-    let legacy = strip_envelope(text, msg.param("_meta"));
+    let Some(legacy) = strip_envelope(text, msg.params) else {
+        return invalid_request(msg.id);
+    };
     let cacheable = CACHEABLE.contains(&method);
     call(proc, &legacy, None, msg.id, stream, Some(cacheable)).await
 }

@@ -191,17 +191,22 @@ fn only_the_envelope_leaves_meta() {
     let text = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":3,"io.modelcontextprotocol/clientCapabilities":{}},"arguments":{}}}"#;
     let msg = Message::parse(text).unwrap();
     assert_eq!(
-        strip_envelope(text, msg.param("_meta")),
+        strip_envelope(text, msg.params).unwrap(),
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":3},"arguments":{}}}"#
     );
     let escaped = r#"{"id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28","\u0069o.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let msg = Message::parse(escaped).unwrap();
     assert_eq!(
-        strip_envelope(escaped, msg.param("_meta")),
+        strip_envelope(escaped, msg.params).unwrap(),
         r#"{"id":1,"method":"x","params":{"_meta":{}}}"#,
         "keys written with escapes are envelope keys too"
     );
     let plain = r#"{"id":1,"method":"tools/list","params":{}}"#;
     let msg = Message::parse(plain).unwrap();
-    assert_eq!(strip_envelope(plain, msg.param("_meta")), plain);
+    assert_eq!(strip_envelope(plain, msg.params).unwrap(), plain);
+    // Two `_meta`: the process may read either copy, so neither is edited (the request is
+    // refused). Found by the stdio_wire fuzz target.
+    let twice = r#"{"id":1,"method":"tools/call","params":{"_meta":{},"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    let msg = Message::parse(twice).unwrap();
+    assert_eq!(strip_envelope(twice, msg.params), None);
 }
