@@ -56,6 +56,8 @@ pub struct Built {
     /// Flip to `true` to end open event streams (shutdown).
     pub drain: watch::Sender<bool>,
     pub reloader: Option<Arc<Reloader>>,
+    /// The span export, to flush at exit.
+    pub tracing: Option<Arc<Tracing>>,
 }
 
 pub fn build_server(config: Config, options: Options) -> Built {
@@ -96,7 +98,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
     let listening = Shared {
         drained,
         budget,
-        tracing,
+        tracing: tracing.clone(),
     };
     add_listeners(&mut server, &startup, &runtime, listening);
     add_watchers(&mut server, &startup, &runtime);
@@ -114,6 +116,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
         runtime,
         drain,
         reloader,
+        tracing,
     }
 }
 
@@ -249,6 +252,7 @@ impl EdgeHandle {
             runtime,
             drain,
             reloader,
+            ..
         } = build_server(config, options);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let signal = StopSignal(std::sync::Mutex::new(Some(rx)));

@@ -16,6 +16,12 @@ pub(super) fn tracing(section: Option<&TracingSection>, errs: &mut Errors) -> Op
             t.endpoint
         )),
     }
+    if !t.endpoint.trim_end_matches('/').ends_with("/v1/traces") {
+        log::warn!(
+            "tracing.endpoint: '{}' does not end in /v1/traces, the OTLP/HTTP traces path; it is used as written",
+            t.endpoint
+        );
+    }
     if !(0.0..=1.0).contains(&t.sample_ratio) {
         errs.push(format!(
             "tracing.sample_ratio: {} is not between 0 and 1",

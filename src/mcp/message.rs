@@ -137,9 +137,9 @@ impl TraceHeaders {
 /// `text` (one request or notification) with `trace` in `params._meta` (as the MCP
 /// conventions carry trace context in a message): `traceparent` and `tracestate` added as
 /// the last members of `_meta`, which is added to `params` (and `params` to the message)
-/// when absent. `None` when nothing changes: the message carries a `traceparent` of its own
-/// (the body is the client's), it is not a request or notification, or `params` or `_meta`
-/// is not one object.
+/// when absent. `None` when nothing changes: the message carries a trace context of its own
+/// (`traceparent` or `tracestate`: the body is the client's), it is not a request or
+/// notification, or `params` or `_meta` is not one object (`"params": null` included).
 pub fn with_trace_context(text: &str, trace: &TraceHeaders) -> Option<String> {
     let msg = Message::parse(text)?;
     msg.method.as_ref()?;
@@ -149,7 +149,8 @@ pub fn with_trace_context(text: &str, trace: &TraceHeaders) -> Option<String> {
         members.push_str(&format!(r#","tracestate":{}"#, string(state)?));
     }
     let top = text.trim();
-    let out = match msg.params {
+    // The raw member: `Message` reads `"params": null` as no params.
+    let out = match json::member(top, "params").ok()? {
         None => json::append_member(
             text.as_bytes(),
             top,
@@ -163,7 +164,8 @@ pub fn with_trace_context(text: &str, trace: &TraceHeaders) -> Option<String> {
                     &format!(r#""_meta":{{{members}}}"#),
                 )?,
                 Some(meta) if json::is_object(meta.get()) => {
-                    if json::member(meta.get(), "traceparent").map_or(true, |t| t.is_some()) {
+                    let has = |key| json::member(meta.get(), key).map_or(true, |v| v.is_some());
+                    if has("traceparent") || has("tracestate") {
                         return None;
                     }
                     json::append_member(text.as_bytes(), meta.get(), &members)?
@@ -242,6 +244,13 @@ mod tests {
             with_trace_context(own, &t).is_none(),
             "the client's own context stays"
         );
+        let state = r#"{"id":1,"method":"x","params":{"_meta":{"tracestate":"a=2"}}}"#;
+        assert!(
+            with_trace_context(state, &t).is_none(),
+            "never two tracestate keys"
+        );
+        let null = r#"{"id":1,"method":"x","params":null}"#;
+        assert!(with_trace_context(null, &t).is_none(), "no second params");
         let twice = r#"{"id":1,"method":"x","params":{"_meta":{},"_meta":{}}}"#;
         assert!(
             with_trace_context(twice, &t).is_none(),

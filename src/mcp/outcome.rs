@@ -51,18 +51,64 @@ struct Scan {
     escaped: bool,
     /// Reading a key at depth 1 or 2 (its bytes collect in `key`).
     in_key: bool,
-    key: Vec<u8>,
+    key: Short<{ MAX_KEY + 1 }>,
     /// The member of the top-level object we are in.
     top: Top,
     /// The value now starting is the one looked for: `error.code`, `result.isError`.
     wanted: Option<Wanted>,
-    value: Vec<u8>,
+    value: Short<{ MAX_CODE + 1 }>,
     /// Collecting the wanted scalar value's bytes into `value`.
     collecting: bool,
     /// After a key's colon, before its value.
     expect_value: bool,
     /// After `{` or `,`: a string now is a key.
     expect_key: bool,
+}
+
+/// The bytes that change the scan outside a string.
+const STRUCTURE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    let bytes = *b"\"{}[],:";
+    while i < bytes.len() {
+        t[bytes[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
+/// At most `N` bytes kept in place; a longer run keeps its first `N` (and says so: its
+/// length is `N`, one more than any key or code compared).
+#[derive(Debug, Clone, Copy)]
+struct Short<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Default for Short<N> {
+    fn default() -> Self {
+        Short {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+}
+
+impl<const N: usize> Short<N> {
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,10 +124,10 @@ impl Default for Scan {
             in_string: false,
             escaped: false,
             in_key: false,
-            key: Vec::new(),
+            key: Short::default(),
             top: Top::Other,
             wanted: None,
-            value: Vec::new(),
+            value: Short::default(),
             collecting: false,
             expect_value: false,
             expect_key: false,
@@ -178,8 +224,24 @@ impl Scan {
     fn feed(&mut self, bytes: &[u8], ended: &mut Ended) {
         let mut i = 0;
         while i < bytes.len() {
-            if self.in_string && !self.in_key && !self.escaped {
-                match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+            if self.in_string && !self.escaped {
+                // A string's bytes up to its next quote or backslash at once: a value's
+                // skipped, a key's kept (its first bytes: keys compared are short).
+                let rest = &bytes[i..];
+                let at = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+                if self.in_key {
+                    for &b in &rest[..at.min(MAX_KEY + 1)] {
+                        self.key.push(b);
+                    }
+                }
+                i += at;
+                if i == bytes.len() {
+                    return;
+                }
+            } else if !self.in_string && !self.collecting && !self.expect_value {
+                // Outside strings only the structure matters: whitespace and the bytes of
+                // values nobody looks for change nothing.
+                match bytes[i..].iter().position(|b| STRUCTURE[usize::from(*b)]) {
                     Some(at) => i += at,
                     None => return,
                 }
@@ -199,9 +261,8 @@ impl Scan {
                 self.collecting = false;
                 self.finish_value(ended);
             } else {
-                if self.value.len() < MAX_CODE {
-                    self.value.push(b);
-                }
+                // One byte over the bound marks the value unreadable (never a prefix of it).
+                self.value.push(b);
                 return;
             }
         }
@@ -268,7 +329,7 @@ impl Scan {
             }
             return;
         }
-        if self.in_key && self.key.len() <= MAX_KEY {
+        if self.in_key {
             self.key.push(b);
         }
     }
@@ -296,13 +357,19 @@ impl Scan {
 
     fn finish_value(&mut self, ended: &mut Ended) {
         let value = std::mem::take(&mut self.value);
+        let value = value.as_slice();
         match self.wanted.take() {
             Some(Wanted::Code) => {
-                let code = std::str::from_utf8(&value).ok().filter(|v| {
+                // An integer as JSON writes one (no leading zeros, no fraction), within
+                // the bound; its canonical text.
+                let code = std::str::from_utf8(value).ok().filter(|v| {
                     let digits = v.strip_prefix('-').unwrap_or(v);
-                    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+                    value.len() <= MAX_CODE
+                        && !digits.is_empty()
+                        && digits.bytes().all(|b| b.is_ascii_digit())
+                        && (digits == "0" || !digits.starts_with('0'))
                 });
-                if let Some(code) = code {
+                if let Some(code) = code.and_then(|c| c.parse::<i64>().ok()) {
                     ended.error_code = Some(code.to_string());
                 }
             }
@@ -345,6 +412,10 @@ mod tests {
             Ended::default(),
             "only the top-level members count"
         );
+        for odd in ["-326001234567890", "-32600000000.5", "-0032601", "1e3", "-"] {
+            let text = format!(r#"{{"error":{{"code":{odd},"message":"m"}}}}"#);
+            assert_eq!(json(&text, 1).error_code, None, "{odd} is no code");
+        }
         let values = r#"{"id":"error","jsonrpc":"result","result":{"isError":false}}"#;
         assert_eq!(
             json(values, 2),

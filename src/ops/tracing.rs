@@ -3,7 +3,8 @@
 //! the request path.
 //!
 //! A span that ends goes into a bounded queue ([`Queue`]); a thread of its own takes them in
-//! batches to the collector, each export bounded by `export_timeout_ms`, never retried. A full
+//! batches to the collector (encoded by [`super::otlp`]), each export bounded by
+//! `export_timeout_ms`, never retried. A full
 //! queue and a failed export drop spans: both are counted
 //! (`mcp_edge_trace_spans_dropped_total{reason}`) and logged once per episode (and once when
 //! exports work again). Nothing on the request path waits for the collector: ending a span is
@@ -14,17 +15,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{
-    Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
-};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
+use super::otlp::Encoder;
 use crate::metrics::{self, SpanDrop};
 
 /// `[tracing]`, checked.
@@ -59,6 +56,13 @@ impl std::fmt::Debug for Tracing {
     }
 }
 
+impl Tracing {
+    /// Export what is queued (waiting at most `timeout`), then stop exporting.
+    pub fn shutdown(&self, timeout: Duration) {
+        let _ = self.provider.shutdown_with_timeout(timeout);
+    }
+}
+
 impl Drop for Tracing {
     fn drop(&mut self) {
         let _ = self.provider.shutdown_with_timeout(Duration::from_secs(1));
@@ -72,17 +76,12 @@ impl Tracing {
             .timeout(settings.export_timeout)
             .build()
             .map_err(|e| format!("the collector's HTTP client: {e}"))?;
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(settings.endpoint.clone())
-            .with_timeout(settings.export_timeout)
-            .with_http_client(Client(client))
-            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-            .build()
-            .map_err(|e| format!("the OTLP exporter: {e}"))?;
         let resource = resource(settings);
-        exporter.set_resource(&resource);
+        let exporter = Exporter {
+            client,
+            endpoint: settings.endpoint.clone(),
+            encoder: Encoder::new(&resource, SCOPE),
+        };
         let (tx, rx) = mpsc::sync_channel(settings.queue_spans);
         let batch = Batching {
             batch: settings.batch_spans,
@@ -103,10 +102,13 @@ impl Tracing {
             .with_sampler(sampler)
             .with_resource(resource)
             .build();
-        let tracer = provider.tracer("mcp-edge");
+        let tracer = provider.tracer(SCOPE);
         Ok(Arc::new(Tracing { tracer, provider }))
     }
 }
+
+/// The instrumentation scope of the edge's spans.
+const SCOPE: &str = "mcp-edge";
 
 /// `service.name`, `service.version`, and where the replica runs (the Kubernetes Downward
 /// API's `POD_NAME`, `POD_NAMESPACE`, `NODE_NAME`).
@@ -166,7 +168,13 @@ impl SpanProcessor for Queue {
                 }
             }
             Err(TrySendError::Disconnected(_)) => {
-                metrics::get().span_dropped(SpanDrop::QueueFull, 1);
+                // The export thread is gone (it could not start its runtime): said once.
+                metrics::get().span_dropped(SpanDrop::ExportFailed, 1);
+                if !self.dropping.swap(true, Ordering::Relaxed) {
+                    log::error!(
+                        "tracing: the export thread is gone; spans are dropped and counted"
+                    );
+                }
             }
         }
     }
@@ -197,7 +205,7 @@ struct Batching {
 }
 
 /// The export thread: batches from the queue to the collector until the queue closes.
-fn export(exporter: opentelemetry_otlp::SpanExporter, rx: Receiver<Item>, b: Batching) {
+fn export(exporter: Exporter, rx: Receiver<Item>, b: Batching) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -242,14 +250,16 @@ fn export(exporter: opentelemetry_otlp::SpanExporter, rx: Receiver<Item>, b: Bat
 /// One export, bounded; a failure drops the batch (counted, logged once per episode).
 fn send(
     runtime: &tokio::runtime::Runtime,
-    exporter: &opentelemetry_otlp::SpanExporter,
+    exporter: &Exporter,
     spans: Vec<SpanData>,
     timeout: Duration,
     failing: &mut bool,
 ) {
     let n = spans.len() as u64;
+    let body = exporter.encoder.encode(&spans);
+    drop(spans);
     let result =
-        runtime.block_on(async { tokio::time::timeout(timeout, exporter.export(spans)).await });
+        runtime.block_on(async { tokio::time::timeout(timeout, exporter.post(body)).await });
     let m = metrics::get();
     match result {
         Ok(Ok(())) => {
@@ -261,14 +271,14 @@ fn send(
         Ok(Err(e)) => {
             m.span_dropped(SpanDrop::ExportFailed, n);
             if !std::mem::replace(failing, true) {
-                log::warn!("tracing: exporting spans failed ({e}); they are dropped and counted until an export works");
+                log::warn!("tracing: exporting spans failed ({e}); spans are dropped and counted until an export works");
             }
         }
         Err(_) => {
             m.span_dropped(SpanDrop::ExportFailed, n);
             if !std::mem::replace(failing, true) {
                 log::warn!(
-                    "tracing: the collector did not take spans within {} ms; they are dropped and counted until an export works",
+                    "tracing: exporting spans failed (no answer within {} ms); spans are dropped and counted until an export works",
                     timeout.as_millis()
                 );
             }
@@ -276,39 +286,33 @@ fn send(
     }
 }
 
-/// The exporter's HTTP client: the edge's own reqwest (rustls), on the export thread's
-/// runtime. Its timeout bounds the whole exchange.
-#[derive(Debug)]
-struct Client(reqwest::Client);
+/// Where the batches go: the collector's traces URL, over the edge's own reqwest (rustls;
+/// its timeout bounds the whole exchange).
+struct Exporter {
+    client: reqwest::Client,
+    endpoint: String,
+    encoder: Encoder,
+}
 
-#[async_trait]
-impl opentelemetry_http::HttpClient for Client {
-    async fn send_bytes(
-        &self,
-        request: http::Request<Bytes>,
-    ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
-        let (parts, body) = request.into_parts();
+impl Exporter {
+    /// One export: 2xx is taken; anything else (a refusal, a partial failure's 4xx/5xx) is
+    /// a failure.
+    async fn post(&self, body: Vec<u8>) -> Result<(), String> {
         let resp = self
-            .0
-            .request(parts.method, parts.uri.to_string())
-            .headers(parts.headers)
+            .client
+            .post(&self.endpoint)
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
             .body(body)
             .send()
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         let status = resp.status();
-        let headers = resp.headers().clone();
-        // A collector's answer is a few bytes (a partial-success message at most).
-        let mut body = Vec::new();
-        let mut resp = resp;
-        while let Some(chunk) = resp.chunk().await? {
-            if body.len() + chunk.len() > 64 * 1024 {
-                break;
-            }
-            body.extend_from_slice(&chunk);
+        // The answer is a few bytes (an empty or partial-success message): not read.
+        drop(resp);
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the collector answered {status}"))
         }
-        let mut out = http::Response::new(Bytes::from(body));
-        *out.status_mut() = status;
-        *out.headers_mut() = headers;
-        Ok(out)
     }
 }

@@ -110,12 +110,12 @@ pipeline! {
         identity::Identify,
         method::Method,
         rules::Rules,
+        access_log::AccessLog,
         tasks::Tasks,
         bridge::Bridge,
         limits::Streams,
         legacy::Legacy,
         policy::Policy,
-        access_log::AccessLog,
     ],
     attempt: [
         trace::Trace,

@@ -44,6 +44,9 @@ pub use group::Group;
 pub const SECRET_HEADER: &str = "x-mcp-edge-stdio-key";
 /// Header carrying the caller's binding (hex) from the proxy to its stdio member.
 pub const CALLER_HEADER: &str = "x-mcp-edge-caller";
+/// Header saying the request's `traceparent` is the edge's own span (tracing is on): the
+/// stdio member writes it into the message. Without it, the message is left as it is.
+pub const TRACED_HEADER: &str = "x-mcp-edge-traced";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -169,13 +172,15 @@ pub fn stop_all() {
 
 /// A request on its way to a stdio pool's member: the pool's secret, and who calls (the
 /// principal's or the credential's binding; none: anonymous). Whatever the client sent
-/// under these names is replaced.
+/// under these names is replaced, and its [`TRACED_HEADER`] removed (the trace stage sets
+/// it).
 pub fn mark(
     upstream: &mut pingora::http::RequestHeader,
     group: &Group,
     binding: Option<[u8; 16]>,
 ) -> pingora::Result<()> {
     upstream.insert_header(SECRET_HEADER, group.secret.as_str())?;
+    upstream.remove_header(TRACED_HEADER);
     match binding {
         Some(b) => upstream.insert_header(CALLER_HEADER, hex(&b))?,
         None => upstream.insert_header(CALLER_HEADER, "anonymous")?,

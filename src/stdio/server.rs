@@ -100,7 +100,10 @@ async fn handle(group: Weak<Group>, req: Request<Incoming>) -> Response<Body> {
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
     let modern = text(crate::mcp::headers::PROTOCOL_VERSION) == Some(MODERN_VERSION);
-    let trace = text("traceparent").and_then(|p| TraceHeaders::new(p, text("tracestate")));
+    // The edge's own span only (never a client's header passed through untraced).
+    let trace = text(super::TRACED_HEADER)
+        .and(text("traceparent"))
+        .and_then(|p| TraceHeaders::new(p, text("tracestate")));
     let asked = Asked {
         caller: &caller,
         session: session.as_deref(),

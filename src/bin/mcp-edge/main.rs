@@ -113,10 +113,15 @@ fn run(path: &Path) -> ExitCode {
         signals: true,
     };
     let built = mcp_edge::build_server(config, options);
+    let tracing = built.tracing;
     let signals = mcp_edge::ops::shutdown::Signals { drain: built.drain };
     built.server.run(pingora::server::RunArgs {
         shutdown_signal: Box::new(signals),
     });
+    // The last requests' spans, still queued, are exported (within a bound).
+    if let Some(tracing) = tracing {
+        tracing.shutdown(std::time::Duration::from_secs(2));
+    }
     // The servers the edge runs stop too (SIGTERM, then SIGKILL after their grace).
     mcp_edge::stdio::stop_all();
     // The last requests' lines, still queued, go out before the process ends.

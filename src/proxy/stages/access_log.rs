@@ -2,24 +2,29 @@
 //! edge decided; handed to the writer ([`crate::ops::access_log`]), which adds the timestamp
 //! and writes it off the request path.
 //!
-//! Every line has every field (`null` when it does not apply): the trace and span ids, the
-//! principal (issuer and subject; an API key's subject is its name) and tenant, the client's
-//! address (after the trusted proxies), the tool, prompt or resource the request names in
-//! any era, the rate limiter's and the policy's verdicts. Never Authorization, session ids,
-//! tokens or argument values; with `access_log.argument_names` the names of a tool call's or
-//! prompt's arguments (read in the request phase, while the body is the edge's).
+//! Every line has every field (`null` when it does not apply): the trace and span ids (and
+//! the trace the client's own `traceparent` names), the principal (issuer and subject; an API
+//! key's subject is its name) and tenant, the client's address (after the trusted proxies),
+//! the tool, prompt or resource the request names in any era (at most 256 bytes; a URI
+//! without its query and userinfo), the rate limiter's and the policy's verdicts. Never
+//! Authorization, session ids, tokens or argument values; with `access_log.argument_names`
+//! the names of a tool call's or prompt's arguments (read in the request phase, while the
+//! body is the edge's, before the checks that may refuse the request).
 
 use pingora::proxy::Session;
 use serde::Serialize;
 
 use crate::error::Rejection;
 use crate::mcp::json;
+use crate::mcp::target::Kind;
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Stage};
 
 /// At most this many argument names, each at most [`MAX_NAME`] bytes.
 const MAX_ARGUMENTS: usize = 32;
 const MAX_NAME: usize = 64;
+/// The longest tool, prompt or resource name logged.
+const MAX_LOGGED_NAME: usize = 256;
 
 #[derive(Default)]
 pub struct State {
@@ -47,7 +52,9 @@ impl Stage for AccessLog {
     }
 }
 
-/// The keys of `params.arguments` of a `tools/call` or `prompts/get`.
+/// The keys of `params.arguments` of a `tools/call` or `prompts/get`: at most
+/// [`MAX_ARGUMENTS`], each cut to [`MAX_NAME`] bytes; the rest are skipped unread (a body of
+/// a million keys costs no more than its parse).
 fn argument_names(ctx: &Ctx) -> Option<Vec<String>> {
     let method = ctx.request.method()?;
     if method != "tools/call" && method != "prompts/get" {
@@ -57,14 +64,45 @@ fn argument_names(ctx: &Ctx) -> Option<Vec<String>> {
     let text = std::str::from_utf8(body.bytes()).ok()?;
     let params = json::member(text, "params").ok()??;
     let arguments = json::member(params.get(), "arguments").ok()??;
-    let members = json::members(arguments.get())?;
-    Some(
-        members
-            .iter()
-            .take(MAX_ARGUMENTS)
-            .map(|(name, _)| name.chars().take(MAX_NAME).collect())
-            .collect(),
-    )
+    let mut de = serde_json::Deserializer::from_str(arguments.get());
+    serde::Deserializer::deserialize_map(&mut de, Names).ok()
+}
+
+/// Reads an object's first keys, skipping its values.
+struct Names;
+
+impl<'de> serde::de::Visitor<'de> for Names {
+    type Value = Vec<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+        use serde::de::IgnoredAny;
+        let mut names = Vec::new();
+        loop {
+            if names.len() < MAX_ARGUMENTS {
+                let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? else {
+                    break;
+                };
+                names.push(cut(&key, MAX_NAME).to_string());
+            } else if map.next_key::<IgnoredAny>()?.is_none() {
+                break;
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(names)
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// One JSON object per request.
@@ -83,7 +121,10 @@ struct Line<'a> {
     bytes_sent: usize,
     trace_id: Option<String>,
     span_id: Option<String>,
-    client: Option<String>,
+    /// The trace the client's own `traceparent` names (the same as `trace_id` on a listener
+    /// that continues it).
+    client_trace_id: Option<String>,
+    client: Option<std::net::IpAddr>,
     /// Who called, on a route with `auth`: the principal's subject (an API key's name) and
     /// its issuer, and the tenant.
     principal: Option<&'a str>,
@@ -99,18 +140,35 @@ struct Line<'a> {
 fn log_line(session: &Session, ctx: &Ctx) {
     let principal = ctx.request.principal.as_deref();
     let message = ctx.request.message.as_deref();
-    let (trace_id, span_id) = ids(session, ctx);
+    let (trace_id, span_id) = match super::trace::ids(ctx) {
+        Some(sc) => (
+            Some(sc.trace_id().to_string()),
+            Some(sc.span_id().to_string()),
+        ),
+        None => (None, None),
+    };
+    let client_trace_id =
+        super::trace::remote_parent(session.req_header()).map(|sc| sc.trace_id().to_string());
+    let name = message.and_then(|m| {
+        let resource = m.target.as_ref().is_some_and(|t| t.kind == Kind::Resource);
+        let name = m
+            .name
+            .as_deref()
+            .or(m.target.as_ref().map(|t| t.value.as_str()))?;
+        let name = cut(name, MAX_LOGGED_NAME);
+        Some(match resource {
+            true => crate::mcp::target::redacted_uri(name),
+            false => name.into(),
+        })
+    });
     let decided = &ctx.request.decided;
     let line = Line {
         route: ctx.route_name(),
-        http_method: session.req_header().method.as_str(),
+        http_method: super::trace::http_method(&session.req_header().method),
         method: (ctx.labels.method != "none").then_some(ctx.labels.method),
-        // The `Mcp-Name` subject (2026-07-28), else the entry the body names (any era).
-        name: message.and_then(|m| {
-            m.name
-                .as_deref()
-                .or(m.target.as_ref().map(|t| t.value.as_str()))
-        }),
+        // The `Mcp-Name` subject (2026-07-28), else the entry the body names (any era); a
+        // resource URI without its query and userinfo.
+        name: name.as_deref(),
         era: ctx.labels.era.into(),
         member: ctx.upstream.member().map(|m| m.label.as_str()),
         status: session.response_written().map(|r| r.status.as_u16()),
@@ -120,8 +178,8 @@ fn log_line(session: &Session, ctx: &Ctx) {
         bytes_sent: session.body_bytes_sent(),
         trace_id,
         span_id,
-        client: super::forwarding::client_address(session, &ctx.snapshot.forwarding)
-            .map(|ip| ip.to_string()),
+        client_trace_id,
+        client: super::forwarding::client_address(session, &ctx.snapshot.forwarding),
         principal: principal.map(|p| p.subject.as_str()),
         issuer: principal.map(|p| p.issuer.as_str()),
         tenant: principal.and_then(|p| p.tenant.as_deref()),
@@ -134,20 +192,5 @@ fn log_line(session: &Session, ctx: &Ctx) {
     // Serializing borrowed strings and numbers into a Vec cannot fail.
     if serde_json::to_writer(&mut json, &line).is_ok() {
         crate::ops::access_log::submit(json);
-    }
-}
-
-/// The request's SERVER span when it is traced; else the client's own trace context, when
-/// its `traceparent` is valid (the trace the request belongs to, without a span of the edge).
-fn ids(session: &Session, ctx: &Ctx) -> (Option<String>, Option<String>) {
-    match super::trace::ids(ctx) {
-        Some(sc) => (
-            Some(sc.trace_id().to_string()),
-            Some(sc.span_id().to_string()),
-        ),
-        None => match super::trace::remote_parent(session.req_header()) {
-            Some(sc) => (Some(sc.trace_id().to_string()), None),
-            None => (None, None),
-        },
     }
 }

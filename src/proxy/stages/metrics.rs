@@ -33,7 +33,9 @@ impl Stage for Metrics {
     fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
         let status = head.status.as_u16();
         ctx.upstream.status = Some(status);
-        if ctx.stages.limits.long_lived() {
+        // A long-lived stream's operation is over once it opened (a 1xx head is not that).
+        let opened = !head.status.is_informational() && ctx.stages.limits.long_lived();
+        if opened && !ctx.stages.metrics.operation {
             operation(ctx);
         }
         if ctx.response.is_event_stream() && !ctx.stages.metrics.streaming {

@@ -132,7 +132,7 @@ impl Failure<'_> {
     pub fn label(&self) -> std::borrow::Cow<'static, str> {
         match self {
             Failure::Code(code) => match code.parse::<i64>() {
-                Ok(c) if (-32768..=-32000).contains(&c) => code.to_string().into(),
+                Ok(c) if (-32768..=-32000).contains(&c) => c.to_string().into(),
                 _ => "_OTHER".into(),
             },
             Failure::Edge(e) => e.kind().as_str().into(),
