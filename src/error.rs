@@ -103,6 +103,7 @@ pub enum ErrorKind {
     StdioBusy,
     StdioUnavailable,
     StdioProcessExited,
+    StdioUnresponsive,
 }
 
 impl ErrorKind {
@@ -217,6 +218,9 @@ pub enum EdgeError {
     StdioUnavailable { detail: String },
     /// The stdio server's process ended before it answered: the request may have run.
     StdioExited,
+    /// The stdio server stopped answering (a ping went unanswered): it is restarted; the
+    /// request may have run.
+    StdioUnresponsive,
 }
 
 impl EdgeError {
@@ -260,6 +264,7 @@ impl EdgeError {
             EdgeError::StdioBusy => ErrorKind::StdioBusy,
             EdgeError::StdioUnavailable { .. } => ErrorKind::StdioUnavailable,
             EdgeError::StdioExited => ErrorKind::StdioProcessExited,
+            EdgeError::StdioUnresponsive => ErrorKind::StdioUnresponsive,
         }
     }
 
@@ -290,6 +295,7 @@ impl EdgeError {
             | EdgeError::StdioBusy
             | EdgeError::StdioUnavailable { .. } => 503,
             EdgeError::StdioExited => 502,
+            EdgeError::StdioUnresponsive => 504,
             EdgeError::HostRejected { .. } => 403,
             EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
@@ -322,7 +328,8 @@ impl EdgeError {
             | EdgeError::UpstreamError { .. }
             | EdgeError::StdioBusy
             | EdgeError::StdioUnavailable { .. }
-            | EdgeError::StdioExited => code::INTERNAL,
+            | EdgeError::StdioExited
+            | EdgeError::StdioUnresponsive => code::INTERNAL,
             EdgeError::OriginRejected { .. }
             | EdgeError::HostRejected { .. }
             | EdgeError::Overloaded { .. }
@@ -408,6 +415,7 @@ impl EdgeError {
             }
             EdgeError::StdioUnavailable { detail } => detail.clone(),
             EdgeError::StdioExited => STDIO_EXITED.to_string(),
+            EdgeError::StdioUnresponsive => STDIO_UNRESPONSIVE.to_string(),
         }
     }
 
@@ -479,6 +487,9 @@ impl EdgeError {
 /// What a client hears when a stdio server's process ended before answering it.
 pub const STDIO_EXITED: &str =
     "mcp-edge: the stdio server process ended before answering; the request may have run";
+/// What a client hears when a stdio server stopped answering while it waited.
+pub const STDIO_UNRESPONSIVE: &str =
+    "mcp-edge: the stdio server did not answer a ping and is restarted; the request may have run";
 
 impl std::fmt::Display for EdgeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -45,6 +45,11 @@ pub mod defaults {
     /// `npx` fetching a package on first start can take a while.
     pub const STDIO_START_TIMEOUT_MS: NonZeroU64 = long(60_000);
     pub const STDIO_STOP_GRACE_MS: NonZeroU64 = long(5_000);
+    /// A `ping` after this much silence; with the timeout, a server that blocks its event
+    /// loop for 25 s on purpose is taken for hung (raise both, or 0 turns it off).
+    pub const STDIO_LIVENESS_INTERVAL_MS: u64 = 15_000;
+    pub const STDIO_LIVENESS_TIMEOUT_MS: NonZeroU64 = long(10_000);
+    pub const STDIO_STDERR_BYTES_PER_SECOND: NonZeroU64 = long(16 * 1024);
     pub const MAX_HEADER_BYTES: NonZeroUsize = size(32 * 1024);
     pub const MAX_CONCURRENT_REQUESTS: NonZeroUsize = size(10_000);
     /// About 70 KiB each when idle (docs/benchmarks.md): 4,000 streams ≈ 280 MiB.

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +53,18 @@ pub(super) fn pools(
 fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
     if let Some(command) = &p.command {
         return stdio_source(p, command, i, errs);
+    }
+    let stdio_only = [
+        ("scratch_dir", p.scratch_dir.is_some()),
+        ("keep_scratch", p.keep_scratch),
+        ("memory_limit_bytes", p.memory_limit_bytes.is_some()),
+        ("open_files_limit", p.open_files_limit.is_some()),
+        ("cpu_seconds_limit", p.cpu_seconds_limit.is_some()),
+    ];
+    for (key, _) in stdio_only.iter().filter(|(_, set)| *set) {
+        errs.push(format!(
+            "pools[{i}].{key}: only a stdio pool (command) has processes of the edge's own"
+        ));
     }
     match (&p.dns, p.members.is_empty()) {
         (Some(_), false) => {
@@ -187,6 +200,21 @@ fn stdio_source(
         ));
         return None;
     }
+    if p.scratch_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        errs.push(format!("pools[{i}].scratch_dir: must be an absolute path"));
+        return None;
+    }
+    let names_scratch = command
+        .iter()
+        .skip(1)
+        .chain(p.env.values())
+        .any(|v| v.contains("{scratch}"));
+    if names_scratch && p.scratch_dir.is_none() {
+        errs.push(format!(
+            "pools[{i}]: env or command names {{scratch}}, but scratch_dir is not set"
+        ));
+        return None;
+    }
     Some(Source::Stdio(Arc::new(crate::stdio::Spec {
         command: command.to_vec(),
         env: p.env.clone(),
@@ -197,5 +225,14 @@ fn stdio_source(
         idle: Duration::from_millis(p.idle_ms.get()),
         start_timeout: Duration::from_millis(p.start_timeout_ms.get()),
         stop_grace: Duration::from_millis(p.stop_grace_ms.get()),
+        scratch_dir: p.scratch_dir.clone(),
+        keep_scratch: p.keep_scratch,
+        liveness_interval: (p.liveness_interval_ms > 0)
+            .then(|| Duration::from_millis(p.liveness_interval_ms)),
+        liveness_timeout: Duration::from_millis(p.liveness_timeout_ms.get()),
+        memory_limit_bytes: p.memory_limit_bytes.map(NonZeroU64::get),
+        open_files_limit: p.open_files_limit.map(NonZeroU64::get),
+        cpu_seconds_limit: p.cpu_seconds_limit.map(NonZeroU64::get),
+        stderr_bytes_per_second: p.stderr_bytes_per_second.get(),
     })))
 }

@@ -211,6 +211,21 @@ fn stdio_metrics(r: &Registrar) -> Result<StdioMetrics, prometheus::Error> {
             "Shared stdio server processes that ended on their own (then restarted), by pool",
             &["pool"],
         )?,
+        stops: r.counter(
+            "mcp_edge_stdio_stops_total",
+            "stdio server processes that ended, by pool and how (exited, sigterm, sigkill, hung, memory_limit, cpu_limit)",
+            &["pool", "how"],
+        )?,
+        tree: r.gauge(
+            "mcp_edge_stdio_tree_processes",
+            "Processes a stdio pool's servers hold: the servers, what they started, stragglers being stopped",
+            &["pool"],
+        )?,
+        stderr_dropped: r.counter(
+            "mcp_edge_stdio_stderr_dropped_bytes_total",
+            "stderr bytes of a stdio pool's processes over stderr_bytes_per_second, not logged",
+            &["pool"],
+        )?,
     })
 }
 

@@ -106,6 +106,30 @@ pub struct StdioMetrics {
     pub processes: IntGaugeVec,
     pub starts: IntCounterVec,
     pub exits: IntCounterVec,
+    /// How each process ended, by pool and [`StdioStop`].
+    pub stops: IntCounterVec,
+    /// Every process the pool's servers hold (what they started, stragglers included).
+    pub tree: IntGaugeVec,
+    /// stderr bytes over a process's bound, not logged.
+    pub stderr_dropped: IntCounterVec,
+}
+
+/// How a stdio server process ended (the `how` label of `mcp_edge_stdio_stops_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum StdioStop {
+    /// It ended on its own (a crash, a signal from outside).
+    Exited,
+    /// Stopped by the edge; everything was gone within the grace of SIGTERM.
+    Sigterm,
+    /// Stopped by the edge; something (the server or what it started) needed SIGKILL.
+    Sigkill,
+    /// It did not answer a ping.
+    Hung,
+    /// It passed `memory_limit_bytes`.
+    MemoryLimit,
+    /// It passed `cpu_seconds_limit` (SIGXCPU).
+    CpuLimit,
 }
 
 /// Pool membership, health checks and discovery.
@@ -272,6 +296,27 @@ pub fn stdio_start(pool: &str, ok: bool) {
 
 pub fn stdio_exit(pool: &str) {
     get().stdio.exits.with_label_values(&[pool]).inc();
+}
+
+pub fn stdio_stop(pool: &str, how: StdioStop) {
+    get()
+        .stdio
+        .stops
+        .with_label_values(&[pool, label(how)])
+        .inc();
+}
+
+/// Processes the pool's servers hold: `delta` more (or fewer).
+pub fn stdio_tree(pool: &str, delta: i64) {
+    get().stdio.tree.with_label_values(&[pool]).add(delta);
+}
+
+pub fn stdio_stderr_dropped(pool: &str, bytes: u64) {
+    get()
+        .stdio
+        .stderr_dropped
+        .with_label_values(&[pool])
+        .inc_by(bytes);
 }
 
 impl Metrics {

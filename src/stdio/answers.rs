@@ -142,10 +142,9 @@ pub fn edge_error(error: EdgeError, id: Option<&RawValue>) -> Response<Body> {
     r
 }
 
-/// Said on a stream whose process ended before answering: the request fails with a reason,
-/// not a stream that just stops.
-pub fn exited_body(id: Option<&RawValue>) -> String {
-    let error = EdgeError::StdioExited;
+/// Said on a stream whose process ended or hung before answering: the request fails with a
+/// reason, not a stream that just stops.
+pub fn edge_error_body(error: EdgeError, id: Option<&RawValue>) -> String {
     jsonrpc::error(id_text(id), error.code(), &error.message(), None)
 }
 

@@ -29,6 +29,8 @@ pub enum Out {
     Final(String),
     /// The process ended before answering.
     Exited,
+    /// The process stopped answering (it is hung, and stopped).
+    Hung,
     /// The client cancelled it (`notifications/cancelled`).
     Cancelled,
 }
@@ -280,11 +282,12 @@ impl Calls {
         took
     }
 
-    /// The process can answer nothing more: every waiting request learns it now.
-    pub fn fail_all(&self) {
+    /// The process can answer nothing more: every waiting request learns it now (`hung`:
+    /// that it stopped answering).
+    pub fn fail_all(&self, hung: bool) {
         let pending: Vec<Pending> = self.lock_pending().drain().map(|(_, p)| p).collect();
         for p in pending {
-            let _ = p.done.send(Out::Exited);
+            let _ = p.done.send(if hung { Out::Hung } else { Out::Exited });
         }
         self.lock_listeners().clear();
     }

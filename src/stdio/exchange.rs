@@ -74,6 +74,10 @@ pub(super) async fn call(
                     flight.finished = true;
                     cancelled(id)
                 }
+                Ok(Out::Hung) => {
+                    flight.finished = true;
+                    edge_error(EdgeError::StdioUnresponsive, id)
+                }
                 _ => {
                     flight.finished = true;
                     edge_error(EdgeError::StdioExited, id)
@@ -110,6 +114,7 @@ struct Streaming {
     done: Option<oneshot::Receiver<Out>>,
     modern: Option<bool>,
     lost: String,
+    hung: String,
     dropped: String,
 }
 
@@ -122,7 +127,8 @@ fn event_stream(
 ) -> Response<Body> {
     // Said on the stream when the process ends before answering: the client's request
     // fails with a reason, not a stream that just stops.
-    let lost = exited_body(id);
+    let lost = edge_error_body(EdgeError::StdioExited, id);
+    let hung = edge_error_body(EdgeError::StdioUnresponsive, id);
     let dropped = cancelled_body(id);
     let state = Streaming {
         flight,
@@ -130,6 +136,7 @@ fn event_stream(
         done: Some(done),
         modern,
         lost,
+        hung,
         dropped,
     };
     let frames = futures::stream::unfold(state, |mut s| async move {
@@ -154,6 +161,7 @@ fn event_stream(
                         out.extend_from_slice(&event(&a));
                     }
                     Ok(Out::Cancelled) => out.extend_from_slice(&event(&s.dropped)),
+                    Ok(Out::Hung) => out.extend_from_slice(&event(&s.hung)),
                     _ => out.extend_from_slice(&event(&s.lost)),
                 }
                 Bytes::from(out)

@@ -17,6 +17,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::sync::watch;
 
 use super::process::Proc;
+use super::scratch::Place;
 use super::{now_ms, Isolation, Spec};
 
 /// The `initialize` params the edge sends a process it initialises itself: no client
@@ -309,7 +310,10 @@ impl Group {
         let caller = caller.to_string();
         let task = self.handle.spawn(async move {
             let result = match group.reserve().await {
-                Ok(()) => match group.start_initialised(None, EDGE_INIT, true).await {
+                Ok(()) => match group
+                    .start_initialised(None, EDGE_INIT, true, Place::principal(&caller))
+                    .await
+                {
                     Ok(p) => Ok(p),
                     Err(e) => {
                         group.release();
@@ -368,7 +372,7 @@ impl Group {
         let caller = caller.to_string();
         let task = self.handle.spawn(async move {
             let started = group
-                .start_initialised(Some(id.clone()), &params, true)
+                .start_initialised(Some(id.clone()), &params, true, Place::session(&id))
                 .await;
             let proc = match started {
                 Ok(p) => p,

@@ -22,8 +22,13 @@
 //! A shared process that ends is restarted with backoff; its sessions carry on with the new
 //! one. An on-demand process is started again on next use (`per_principal`) or ends its
 //! session (`per_session`: 404, the client re-initialises). Idle on-demand processes are
-//! stopped after `idle_ms`; their number is bounded by `max_processes`. Stopping is SIGTERM,
-//! then SIGKILL after `stop_grace_ms`.
+//! stopped after `idle_ms`; their number is bounded by `max_processes`.
+//!
+//! Supervision: each process leads a session of its own ([`launcher`]) and is stopped whole,
+//! SIGTERM then SIGKILL after `stop_grace_ms` to everything in it ([`child`]); a process that
+//! stops answering is noticed by a ping and one over its memory limit is stopped
+//! ([`watchdog`]); its stderr reaches the log within a bound ([`stderr`]); isolated processes
+//! get directories of their own ([`scratch`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,11 +37,17 @@ use std::time::{Duration, Instant};
 
 mod answers;
 pub mod calls;
+mod child;
 mod exchange;
 pub mod group;
+pub mod launcher;
 pub mod process;
+mod scratch;
 mod server;
+mod stderr;
 mod supervise;
+mod tree;
+mod watchdog;
 
 pub use group::Group;
 
@@ -74,6 +85,22 @@ pub struct Spec {
     pub start_timeout: Duration,
     /// SIGTERM to SIGKILL.
     pub stop_grace: Duration,
+    /// Each process gets a directory of its own under this one.
+    pub scratch_dir: Option<PathBuf>,
+    /// A process's directory outlives it.
+    pub keep_scratch: bool,
+    /// Nothing read this long: a `ping` (none: never).
+    pub liveness_interval: Option<Duration>,
+    /// A `ping` unanswered this long: hung.
+    pub liveness_timeout: Duration,
+    /// Resident bytes of a process and all it started, at most.
+    pub memory_limit_bytes: Option<u64>,
+    /// `RLIMIT_NOFILE` of each process.
+    pub open_files_limit: Option<u64>,
+    /// `RLIMIT_CPU` of each process (seconds).
+    pub cpu_seconds_limit: Option<u64>,
+    /// stderr bytes a process may write to the log per second.
+    pub stderr_bytes_per_second: u64,
 }
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
@@ -98,6 +125,11 @@ fn handle() -> Option<tokio::runtime::Handle> {
         let handle = rt.handle().clone();
         // The runtime lives for the process (its tasks are the pools' supervisors).
         std::mem::forget(rt);
+        if std::process::id() == 1 {
+            // A container's PID 1 inherits every orphan: what a server started and left is
+            // reaped, never a server still held for its session.
+            handle.spawn(child::reap_orphans());
+        }
         Some(handle)
     });
     HANDLE.clone()
@@ -161,7 +193,8 @@ pub fn stop_all() {
         .map(|g| g.stop_grace())
         .max()
         .unwrap_or_default();
-    let limit = most + Duration::from_secs(2);
+    // The grace, the wait after SIGKILL, and a moment more.
+    let limit = most + Duration::from_secs(3);
     let (tx, rx) = std::sync::mpsc::channel();
     handle.spawn(async move {
         futures::future::join_all(groups.iter().map(|g| g.stop())).await;

@@ -3,10 +3,11 @@
 //! - The requests it owes answers to, and where what it writes goes, are its [`Calls`].
 //! - Lines on stdout are messages (newline-delimited JSON, at most [`MAX_LINE`] bytes; a
 //!   longer one ends the process, as a server that broke the framing). stderr goes to the
-//!   log, prefixed with the pool and the process id.
-//! - When the process ends (its stdout closes), every request still waiting gets
-//!   [`Out::Exited`]. It runs in a process group of its own: stopping it (SIGTERM, then
-//!   SIGKILL) reaches whatever it started, and when it exits, what it left behind is killed.
+//!   log, prefixed with the pool and the process id, at most `stderr_bytes_per_second`
+//!   (the rest is dropped and counted).
+//! - When the process can answer nothing more (it exited, closed its stdout, or was given
+//!   up as hung or over its memory), every request still waiting learns it at once. The
+//!   process itself, and everything it started, is stopped by its [`Child`].
 //! - It gets only a small part of the edge's environment ([`PASSED_ENV`]) plus the pool's
 //!   `env`: the edge's own secrets (a key ring in `keys_env`, say) never reach it.
 //! - What waits to be written to its stdin is bounded in bytes ([`MAX_QUEUED`]); over it a
@@ -17,10 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
 use super::calls::{Call, CallError, Calls, Out, Serves};
+use super::child::{self, Cause, Child};
+use super::scratch::Place;
 use super::Spec;
 use crate::mcp::jsonrpc;
 use crate::mcp::message::Message;
@@ -46,19 +48,23 @@ pub struct Init {
 pub struct Proc {
     pub pool: Arc<str>,
     pub pid: u32,
+    /// The operating-system side: the process and what it started.
+    pub child: Arc<Child>,
     stdin: mpsc::UnboundedSender<Vec<u8>>,
     /// The requests it owes answers to.
     calls: Calls,
     pub init: std::sync::OnceLock<Init>,
-    exited: watch::Receiver<bool>,
     /// stdout closed: nothing more will be answered.
     closed: watch::Receiver<bool>,
+    /// Given up (hung, over its memory limit): nothing more will be answered.
+    given_up: watch::Sender<bool>,
     /// Bytes queued for stdin.
     queued: Arc<AtomicUsize>,
     /// Last use, in [`super::now_ms`] time.
     pub last_used: AtomicU64,
-    stopping: AtomicBool,
-    /// stdout closed (set before the requests waiting are answered).
+    /// The last line read from stdout, in [`super::now_ms`] time.
+    last_read: AtomicU64,
+    /// stdout closed, or given up (set before the requests waiting are answered).
     deaf: AtomicBool,
 }
 
@@ -86,44 +92,48 @@ impl StartError {
 }
 
 impl Proc {
-    /// Start the process and read its pipes. It is not initialised yet.
-    pub fn spawn(spec: &Spec, pool: Arc<str>, serves: Serves) -> std::io::Result<Arc<Proc>> {
-        let mut child = command(spec)?.spawn()?;
-        let Some(pid) = child.id().filter(|p| *p > 0 && *p <= i32::MAX as u32) else {
-            return Err(std::io::Error::other("the child has no process id"));
-        };
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(std::io::Error::other("the child's pipes are missing"));
-        };
+    /// Start the process (for `place`) and read its pipes. It is not initialised yet.
+    pub fn spawn(
+        spec: &Arc<Spec>,
+        pool: Arc<str>,
+        serves: Serves,
+        place: &Place,
+    ) -> std::io::Result<Arc<Proc>> {
+        let (child, pipes) = child::spawn(spec, &pool, place)?;
         let (lines, queue) = mpsc::unbounded_channel::<Vec<u8>>();
-        let (exit_tx, exited) = watch::channel(false);
         let (closed_tx, closed) = watch::channel(false);
         let queued = Arc::new(AtomicUsize::new(0));
         let proc = Arc::new(Proc {
             pool: pool.clone(),
-            pid,
+            pid: child.pid,
+            child,
             stdin: lines,
             calls: Calls::new(serves),
             init: Default::default(),
-            exited,
             closed,
+            given_up: watch::channel(false).0,
             queued: queued.clone(),
             last_used: AtomicU64::new(super::now_ms()),
-            stopping: AtomicBool::new(false),
+            last_read: AtomicU64::new(super::now_ms()),
             deaf: AtomicBool::new(false),
         });
-        tokio::spawn(write_stdin(stdin, queue, queued, proc.closed.clone()));
-        tokio::spawn(log_stderr(stderr, pool.clone(), pid));
+        tokio::spawn(write_stdin(pipes.stdin, queue, queued, proc.closed.clone()));
+        let bound = super::stderr::Bound::new(spec.stderr_bytes_per_second);
+        tokio::spawn(super::stderr::log(
+            pipes.stderr,
+            pool.clone(),
+            proc.pid,
+            bound,
+        ));
         let reader = proc.clone();
         tokio::spawn(async move {
-            reader.read_stdout(stdout).await;
+            reader.read_stdout(pipes.stdout).await;
             // Nothing more can be answered: a request still waiting learns it now.
-            reader.fail_pending();
+            reader.fail_pending(false);
             let _ = closed_tx.send(true);
         });
-        tokio::spawn(wait(child, proc.clone(), exit_tx));
+        tokio::spawn(wait(proc.clone(), spec.stop_grace));
+        tokio::spawn(super::watchdog::watch(proc.clone(), spec.clone()));
         Ok(proc)
     }
 
@@ -207,22 +217,51 @@ impl Proc {
     }
 
     pub fn is_alive(&self) -> bool {
-        !self.deaf.load(Ordering::SeqCst) && !*self.exited.borrow()
+        !self.deaf.load(Ordering::SeqCst) && !self.child.has_exited()
     }
 
-    /// Resolves when the process can answer nothing more: it exited, or it closed its
-    /// stdout (and must be stopped).
+    /// Resolves when the process can answer nothing more: it exited, closed its stdout, or
+    /// was given up (and must be stopped).
     pub async fn ended(&self) {
         let mut closed = self.closed.clone();
-        let mut exited = self.exited.clone();
+        let mut given_up = self.given_up.subscribe();
         tokio::select! {
             _ = closed.wait_for(|e| *e) => {}
-            _ = exited.wait_for(|e| *e) => {}
+            _ = self.child.exited() => {}
+            _ = given_up.wait_for(|g| *g) => {}
         }
     }
 
-    fn group(&self) -> nix::unistd::Pid {
-        nix::unistd::Pid::from_raw(self.pid as i32)
+    /// How long since it last wrote a line.
+    pub fn silent_for(&self) -> Duration {
+        let last = self.last_read.load(Ordering::Relaxed);
+        Duration::from_millis(super::now_ms().saturating_sub(last))
+    }
+
+    /// An MCP `ping` on its pipe: `true` when anything comes back within `timeout` (the
+    /// answer, or any other line: it is not stuck).
+    pub async fn ping(&self, timeout: Duration) -> bool {
+        let sent = super::now_ms();
+        let line = jsonrpc::request("0", "ping", "{}");
+        let Ok((line, call)) = self.calls.register(&line, None, false) else {
+            return true;
+        };
+        if self.send_line(&line).is_err() {
+            // Its queue is full or it is gone: the wait below decides.
+            self.calls.forget(call.number);
+        }
+        let answered = tokio::time::timeout(timeout, call.done).await.is_ok();
+        self.calls.forget(call.number);
+        answered || self.last_read.load(Ordering::Relaxed) > sent
+    }
+
+    /// Give it up (hung, over its memory limit): waiting requests are answered now, and it
+    /// is stopped whole in a task of its own.
+    pub fn give_up(self: &Arc<Self>, cause: Cause, grace: Duration) {
+        self.fail_pending(cause == Cause::Hung);
+        self.given_up.send_replace(true);
+        let child = self.child.clone();
+        tokio::spawn(async move { child.stop(grace, cause).await });
     }
 
     /// `initialize` with `params`, then `notifications/initialized`, within `timeout`.
@@ -251,31 +290,10 @@ impl Proc {
         Ok(init)
     }
 
-    /// Ask the process to stop (SIGTERM to its group), and kill the group (SIGKILL) if it
-    /// has not exited within `grace`. Every caller waits for that, the second one too.
+    /// Stop it and everything it started (SIGTERM, then SIGKILL after `grace`); every
+    /// caller waits for the end.
     pub async fn stop(&self, grace: Duration) {
-        if *self.exited.borrow() && *self.closed.borrow() {
-            return;
-        }
-        if !self.stopping.swap(true, Ordering::Relaxed) {
-            let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGTERM);
-        }
-        // Gone: the process exited and its stdout closed (what it started, which shares
-        // the pipe, has gone too).
-        let (mut exited, mut closed) = (self.exited.clone(), self.closed.clone());
-        let exit = async move {
-            let _ = exited.wait_for(|e| *e).await;
-            let _ = closed.wait_for(|c| *c).await;
-        };
-        if tokio::time::timeout(grace, exit).await.is_err() {
-            log::warn!(
-                "stdio pool {}: process {} did not stop within {} ms of SIGTERM; killing it",
-                self.pool,
-                self.pid,
-                grace.as_millis()
-            );
-            let _ = nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGKILL);
-        }
+        self.child.stop(grace, Cause::Asked).await;
     }
 
     async fn read_stdout(&self, stdout: tokio::process::ChildStdout) {
@@ -296,11 +314,10 @@ impl Proc {
                         self.pid,
                         MAX_LINE
                     );
-                    let _ =
-                        nix::sys::signal::killpg(self.group(), nix::sys::signal::Signal::SIGKILL);
+                    // Its stdout is not read again: `ended` resolves, and it is stopped.
                     return;
                 }
-                Ok(_) => {}
+                Ok(_) => self.last_read.store(super::now_ms(), Ordering::Relaxed),
             }
             match std::str::from_utf8(&line) {
                 Ok(text) if !text.trim().is_empty() => self.deliver(text.trim_end()),
@@ -332,10 +349,11 @@ impl Proc {
         }
     }
 
-    /// Nothing more can be answered: every request still waiting learns it now.
-    fn fail_pending(&self) {
+    /// Nothing more can be answered: every request still waiting learns it now (`hung`:
+    /// that the process stopped answering).
+    fn fail_pending(&self, hung: bool) {
         self.deaf.store(true, Ordering::SeqCst);
-        self.calls.fail_all();
+        self.calls.fail_all(hung);
     }
 
     pub fn touch(&self) {
@@ -363,32 +381,6 @@ fn read_init(text: &str) -> Result<Init, String> {
     })
 }
 
-/// The process's command: its own group, only the environment it is given, pipes.
-fn command(spec: &Spec) -> std::io::Result<Command> {
-    let (program, args) = spec
-        .command
-        .split_first()
-        .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let mut command = Command::new(program);
-    let passed = PASSED_ENV
-        .iter()
-        .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
-    command
-        .args(args)
-        .env_clear()
-        .envs(passed)
-        .envs(spec.env.iter())
-        .process_group(0)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(cwd) = &spec.cwd {
-        command.current_dir(cwd);
-    }
-    Ok(command)
-}
-
 /// Write what is queued for the process's stdin until it closes (or its stdout did: a
 /// server that reads stdin then sees its end).
 async fn write_stdin(
@@ -411,51 +403,26 @@ async fn write_stdin(
     }
 }
 
-async fn log_stderr(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32) {
-    let mut lines = BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match (&mut lines)
-            .take(64 * 1024)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                log::info!("stdio {pool}[{pid}]: {}", clip(text.trim_end()));
-            }
-        }
-    }
-}
-
-async fn wait(mut child: Child, proc: Arc<Proc>, exited: watch::Sender<bool>) {
+/// Watch for its end: a process that ended on its own is logged, and what it started is
+/// stopped with it; requests still waiting learn it once its stdout closes (its last
+/// answers read first), or after a moment if something outside it holds stdout open.
+async fn wait(proc: Arc<Proc>, grace: Duration) {
+    let exit = proc.child.exited().await;
     let (pool, pid) = (&proc.pool, proc.pid);
-    match child.wait().await {
-        Ok(status) => log::warn!("stdio pool {pool}: process {pid} exited ({status})"),
-        Err(e) => log::warn!("stdio pool {pool}: process {pid}: cannot wait for it: {e}"),
-    }
-    let _ = exited.send(true);
-    // Ended on its own: what it started and left behind (holding its pipes, say) goes with
-    // it. Being stopped: the rest of its group has the rest of the grace (`stop`).
-    if !proc.stopping.load(Ordering::Relaxed) {
-        let _ = nix::sys::signal::killpg(proc.group(), nix::sys::signal::Signal::SIGKILL);
-    }
-    // Its last answers are read until its stdout closes; if something outside its group
-    // holds stdout open, the requests still waiting learn after a moment that nothing
-    // more will come.
+    log::warn!("stdio pool {pool}: process {pid} exited ({exit})");
+    let child = proc.child.clone();
+    tokio::spawn(async move { child.stop(grace, Cause::Asked).await });
     let mut closed = proc.closed.clone();
     let drained = closed.wait_for(|c| *c);
     if tokio::time::timeout(Duration::from_secs(1), drained)
         .await
         .is_err()
     {
-        proc.fail_pending();
+        proc.fail_pending(false);
     }
 }
 
-fn clip(text: &str) -> &str {
+pub(super) fn clip(text: &str) -> &str {
     match text.char_indices().nth(2000) {
         Some((at, _)) => &text[..at],
         None => text,

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use super::calls::Serves;
 use super::group::{live, Caller, Group, Target, EDGE_INIT};
 use super::process::{Proc, StartError};
+use super::scratch::Place;
 use super::{now_ms, Isolation};
 
 impl Group {
@@ -28,7 +29,10 @@ impl Group {
                 if *g.stop.borrow() {
                     return;
                 }
-                match g.start_initialised(None, EDGE_INIT, false).await {
+                match g
+                    .start_initialised(None, EDGE_INIT, false, Place::probe())
+                    .await
+                {
                     Ok(p) => {
                         g.probing.store(false, Ordering::Relaxed);
                         g.stop_detached(p);
@@ -53,13 +57,14 @@ impl Group {
         owner: Option<Arc<str>>,
         params: &str,
         on_demand: bool,
+        place: Place,
     ) -> Result<Arc<Proc>, StartError> {
         // A process for one session is initialised with the client's own `initialize`: how
         // that goes is the client's business, not the pool's health.
         let on_demand_session = owner.is_some();
         let private = owner.is_some() || self.spec.isolation == Isolation::PerPrincipal;
         let serves = Serves { private, owner };
-        let started = match Proc::spawn(&self.spec, self.name.clone(), serves) {
+        let started = match Proc::spawn(&self.spec, self.name.clone(), serves, &place) {
             Ok(p) => p,
             Err(e) => {
                 self.failed(on_demand, &format!("cannot start: {e}"));
@@ -223,7 +228,9 @@ pub(super) async fn supervise(
         let Some(g) = group.upgrade() else { return };
         let (pool, spec) = (g.name.clone(), g.spec.clone());
         let began = tokio::time::Instant::now();
-        let started = g.start_initialised(None, EDGE_INIT, false).await;
+        let started = g
+            .start_initialised(None, EDGE_INIT, false, Place::shared(i))
+            .await;
         drop(g);
         if let Ok(proc) = started {
             log::info!(

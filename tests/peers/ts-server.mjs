@@ -46,6 +46,7 @@ const isV2 = args.mode === 'modern' || args.mode === 'dual' || args.mode === 'v2
 const isStdio = args.mode.startsWith('stdio');
 // Process-wide state, to show which process (and so which tenant's) a call reached.
 const notes = [];
+const hogged = [];
 const maxBody = args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {};
 const onerror = e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
@@ -79,6 +80,29 @@ function buildServer() {
         server.registerTool('note', { description: 'remember text in this process; all remembered', inputSchema: z.object({ text: z.string() }) },
             async ({ text: t }) => { notes.push(t); return text(notes.join(',')); });
         server.registerTool('pid', { description: 'this process id' }, async () => text(String(process.pid)));
+        // A server that hangs: its event loop blocked, it reads and writes nothing more.
+        server.registerTool('freeze', { description: 'stop reading and writing, for good' }, async () => {
+            // eslint-disable-next-line no-constant-condition
+            while (true) { /* spin */ }
+        });
+        // A server that still reads but never writes again.
+        server.registerTool('mute', { description: 'stop writing, for good' }, async () => {
+            process.stdout.write = () => true;
+            return text('muted');
+        });
+        // Memory held until the process ends.
+        server.registerTool('hog', { description: 'hold MB of memory', inputSchema: z.object({ mb: z.number().int() }) },
+            async ({ mb }) => {
+                for (let i = 0; i < mb; i++) { const b = Buffer.alloc(1 << 20, 1); hogged.push(b); }
+                return text(`${instance}:holding ${hogged.length} MB`);
+            });
+        // A stderr flood.
+        server.registerTool('shout', { description: 'write KB to stderr', inputSchema: z.object({ kb: z.number().int() }) },
+            async ({ kb }) => {
+                const line = 'x'.repeat(1023) + '\n';
+                for (let i = 0; i < kb; i++) process.stderr.write(line);
+                return text('shouted');
+            });
         // The request's `_meta` as this process read it off its pipe (the trace context the edge put there).
         server.registerTool('meta', { description: "this request's _meta" }, async extra =>
             text(JSON.stringify((extra.mcpReq ? extra.mcpReq._meta : extra._meta) ?? {})));

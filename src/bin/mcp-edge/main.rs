@@ -25,8 +25,14 @@ usage:
 ";
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // A stdio server's start (src/stdio/launcher.rs): becomes the server, returns only on
+    // failure; before anything else, so the server inherits nothing of the edge's.
+    if args.first().map(String::as_str) == Some(mcp_edge::stdio::launcher::SUBCOMMAND) {
+        eprintln!("{}", mcp_edge::stdio::launcher::exec(&args[1..]));
+        return ExitCode::from(127);
+    }
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     match args
         .iter()
         .map(String::as_str)

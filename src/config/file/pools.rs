@@ -44,9 +44,29 @@ pub struct PoolSection {
     /// Start to the `initialize` answer.
     #[serde(default = "start_timeout_ms")]
     pub start_timeout_ms: NonZeroU64,
-    /// SIGTERM to SIGKILL when stopping a process.
+    /// SIGTERM to SIGKILL when stopping a process (and all it started).
     #[serde(default = "stop_grace_ms")]
     pub stop_grace_ms: NonZeroU64,
+    /// A directory under which each process gets one of its own (`{scratch}`).
+    pub scratch_dir: Option<std::path::PathBuf>,
+    /// Keep a process's directory when it stops.
+    #[serde(default)]
+    pub keep_scratch: bool,
+    /// Nothing read from a process this long: a `ping` over its pipe; 0: never.
+    #[serde(default = "liveness_interval_ms")]
+    pub liveness_interval_ms: u64,
+    /// A `ping` unanswered this long: the process is hung.
+    #[serde(default = "liveness_timeout_ms")]
+    pub liveness_timeout_ms: NonZeroU64,
+    /// Resident memory of a process and all it started, at most.
+    pub memory_limit_bytes: Option<NonZeroU64>,
+    /// `RLIMIT_NOFILE` of each process.
+    pub open_files_limit: Option<NonZeroU64>,
+    /// `RLIMIT_CPU` of each process, in seconds.
+    pub cpu_seconds_limit: Option<NonZeroU64>,
+    /// What a process may write to the log through its stderr, per second.
+    #[serde(default = "stderr_bytes_per_second")]
+    pub stderr_bytes_per_second: NonZeroU64,
 }
 
 fn processes() -> NonZeroU32 {
@@ -63,6 +83,15 @@ fn start_timeout_ms() -> NonZeroU64 {
 }
 fn stop_grace_ms() -> NonZeroU64 {
     defaults::STDIO_STOP_GRACE_MS
+}
+fn liveness_interval_ms() -> u64 {
+    defaults::STDIO_LIVENESS_INTERVAL_MS
+}
+fn liveness_timeout_ms() -> NonZeroU64 {
+    defaults::STDIO_LIVENESS_TIMEOUT_MS
+}
+fn stderr_bytes_per_second() -> NonZeroU64 {
+    defaults::STDIO_STDERR_BYTES_PER_SECOND
 }
 
 fn dns_interval() -> NonZeroU64 {
