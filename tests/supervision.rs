@@ -300,11 +300,9 @@ async fn a_helper_that_ignores_sigterm_goes_with_its_server_on_every_path() {
         in_session(sid).is_empty(),
         "nothing of the server's session is left"
     );
-    let stops = edge.log_text();
-    assert!(
-        stops.contains("SIGKILL"),
-        "the helper needed SIGKILL:\n{stops}"
-    );
+    let log = edge.log_text();
+    let needed = format!("stdio pool drained: process {server} and what it started did not stop within 500 ms of SIGTERM; SIGKILL");
+    assert!(log.contains(&needed), "the helper needed SIGKILL:\n{log}");
     for f in [&killed, &reaped, &dropped, &ended, &drained, &path, &keys] {
         let _ = std::fs::remove_file(f);
     }
@@ -463,7 +461,7 @@ async fn the_reference_memory_server_keeps_two_principals_graphs_apart() {
                 "graph",
                 &memory,
                 &format!(
-                    "isolation = \"per_principal\"\nscratch_dir = \"{}\"\nidle_ms = 2000\n\
+                    "isolation = \"per_principal\"\nscratch_dir = \"{}\"\nidle_ms = 15000\n\
                      env = {{ MEMORY_FILE_PATH = \"{{scratch}}/memory.jsonl\" }}",
                     scratch.display()
                 )
@@ -471,7 +469,10 @@ async fn the_reference_memory_server_keeps_two_principals_graphs_apart() {
             "graph"
         )
     );
-    let (edge, _path, _metrics) = edge(&body, "");
+    let (edge, _path, _metrics) = edge(
+        &body,
+        "grace_period_seconds = 1\ngraceful_shutdown_timeout_seconds = 1",
+    );
     let url = format!("http://127.0.0.1:{}/graph", edge.port);
     let entity = json!({"entities": [{"name": "alice-secret", "entityType": "note", "observations": ["x"]}]});
     let (status, v) = call(&url, Some("k-alice"), "create_entities", entity).await;
@@ -483,13 +484,25 @@ async fn the_reference_memory_server_keeps_two_principals_graphs_apart() {
     );
     let (_, alices) = call(&url, Some("k-alice"), "read_graph", json!({})).await;
     assert!(alices.to_string().contains("alice-secret"), "{alices}");
-    // Each has a directory of its own while its process runs; reaped idle, it is removed
-    // (`keep_scratch` keeps it for the principal's next process).
-    let dirs: Vec<_> = std::fs::read_dir(scratch.join("graph")).unwrap().collect();
-    assert_eq!(dirs.len(), 2, "{dirs:?}");
-    wait_until_blocking(PATIENCE, "the idle processes' directories removed", || {
-        std::fs::read_dir(scratch.join("graph")).map_or(true, |d| d.count() == 0)
+    // Each has a directory of its own while its process runs (the readiness probe's went
+    // with the probe); stopped, it is removed (`keep_scratch` keeps it for the principal's
+    // next process).
+    let callers = || -> Vec<String> {
+        std::fs::read_dir(scratch.join("graph"))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with("probe"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(callers().len(), 2, "{:?}", callers());
+    let mut edge = edge;
+    edge.signal("-TERM");
+    wait_until_blocking(PATIENCE, "the edge exits", || {
+        edge.child.try_wait().ok().flatten().is_some()
     });
+    assert!(callers().is_empty(), "removed: {:?}", callers());
     drop(edge);
     let _ = std::fs::remove_file(keys);
     let _ = std::fs::remove_dir_all(scratch);
@@ -501,10 +514,19 @@ async fn the_launcher_sets_open_files_and_cpu_time_and_a_cpu_limit_is_counted() 
         r#"["node", "{}", "--mode", "stdio", "--instance", "c"]"#,
         dir().join("ts-server.mjs").display()
     );
-    let body = pool(
-        "cpu",
-        &ts,
-        "open_files_limit = 256\ncpu_seconds_limit = 2\nliveness_interval_ms = 0",
+    // A shell that says, on its stderr, which signals it was started with ignored.
+    let sh = format!(
+        r#"["sh", "-c", "grep SigIgn /proc/self/status >&2; exec node {} --mode stdio"]"#,
+        dir().join("ts-server.mjs").display()
+    );
+    let body = format!(
+        "{}{}",
+        pool(
+            "cpu",
+            &ts,
+            "open_files_limit = 256\ncpu_seconds_limit = 2\nliveness_interval_ms = 0",
+        ),
+        pool("signals", &sh, "")
     );
     let (edge, _path, metrics) = edge(&body, "");
     let url = format!("http://127.0.0.1:{}/cpu", edge.port);
@@ -534,4 +556,15 @@ async fn the_launcher_sets_open_files_and_cpu_time_and_a_cpu_limit_is_counted() 
     .await;
     assert!(edge.log_text().contains("cpu_seconds_limit"));
     assert_ne!(pid_of(&url, None).await, pid, "a new process serves");
+
+    // The edge ignores SIGPIPE (Rust's runtime does); its servers must not inherit that.
+    let _ = pid_of(&format!("http://127.0.0.1:{}/signals", edge.port), None).await;
+    let log = edge.log_text();
+    let ignored = log
+        .lines()
+        .find_map(|l| l.split("SigIgn:").nth(1))
+        .map(str::trim)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or_else(|| panic!("the shell's SigIgn:\n{log}"));
+    assert_eq!(ignored & (1 << 12), 0, "SIGPIPE (13) is not ignored: {ignored:x}");
 }

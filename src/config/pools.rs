@@ -175,6 +175,35 @@ fn pool_tls(
         .ok()
 }
 
+/// A stdio pool's `scratch_dir`: absolute, and its pool's name one that can name a
+/// directory; `{scratch}` only with it.
+fn scratch(p: &PoolSection, command: &[String], i: usize, errs: &mut Errors) -> Option<()> {
+    if p.scratch_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        errs.push(format!("pools[{i}].scratch_dir: must be an absolute path"));
+        return None;
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if p.scratch_dir.is_some() && !p.name.chars().all(plain) {
+        errs.push(format!(
+            "pools[{i}].scratch_dir: the pool's name '{}' names its directory: letters, digits, '-' and '_' only",
+            p.name
+        ));
+        return None;
+    }
+    let names_scratch = command
+        .iter()
+        .skip(1)
+        .chain(p.env.values())
+        .any(|v| v.contains("{scratch}"));
+    if names_scratch && p.scratch_dir.is_none() {
+        errs.push(format!(
+            "pools[{i}]: env or command names {{scratch}}, but scratch_dir is not set"
+        ));
+        return None;
+    }
+    Some(())
+}
+
 /// A stdio pool (`command`): no members, no DNS, no TLS or `host`; the edge runs the server.
 fn stdio_source(
     p: &PoolSection,
@@ -200,21 +229,7 @@ fn stdio_source(
         ));
         return None;
     }
-    if p.scratch_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
-        errs.push(format!("pools[{i}].scratch_dir: must be an absolute path"));
-        return None;
-    }
-    let names_scratch = command
-        .iter()
-        .skip(1)
-        .chain(p.env.values())
-        .any(|v| v.contains("{scratch}"));
-    if names_scratch && p.scratch_dir.is_none() {
-        errs.push(format!(
-            "pools[{i}]: env or command names {{scratch}}, but scratch_dir is not set"
-        ));
-        return None;
-    }
+    scratch(p, command, i, errs)?;
     Some(Source::Stdio(Arc::new(crate::stdio::Spec {
         command: command.to_vec(),
         env: p.env.clone(),

@@ -13,11 +13,11 @@
 //! - **How it ended** is counted (`mcp_edge_stdio_stops_total{pool,how}`), and what its
 //!   session holds is in `mcp_edge_stdio_tree_processes{pool}` until it is gone.
 
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::io::unix::AsyncFd;
@@ -29,39 +29,51 @@ use super::tree::{self, Scope};
 use super::Spec;
 use crate::metrics::{self, StdioStop};
 
-/// How long stragglers SIGKILL did not end yet are waited for before the stop gives up
-/// watching them (they are still reaped once they go).
-const AFTER_KILL: Duration = Duration::from_secs(2);
+/// Servers started and not reaped yet: what [`reap_orphans`] leaves alone, and what
+/// [`close`] stops. `None` once the edge is stopping: no process starts after that.
+static HELD: Mutex<Option<BTreeMap<u32, Weak<Child>>>> = Mutex::new(Some(BTreeMap::new()));
 
-/// Servers started and not reaped yet (what [`reap_orphans`] leaves alone).
-static HELD: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+fn held() -> MutexGuard<'static, Option<BTreeMap<u32, Weak<Child>>>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
 
-fn held(pid: u32, hold: bool) {
-    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    let set = held.get_or_insert_with(HashSet::new);
-    if hold {
-        set.insert(pid);
-    } else {
-        set.remove(&pid);
+/// The edge is stopping: no process starts from now on; every one not reaped yet.
+pub(super) fn close() -> Vec<Arc<Child>> {
+    held()
+        .take()
+        .unwrap_or_default()
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect()
+}
+
+/// The server `pid` is reaped (or about to be): it is no longer held.
+pub(super) fn release(pid: u32) {
+    if let Some(h) = held().as_mut() {
+        h.remove(&pid);
     }
 }
 
 /// Reap, once a second, the zombies that are the edge's children but no server it holds:
-/// the orphans a container's PID 1 inherits.
+/// the orphans a container's PID 1 inherits. Each is checked under the lock a start holds
+/// while it registers its server, so a server is never taken for an orphan.
 pub(super) async fn reap_orphans() {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let held = HELD
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let zombies = tokio::task::spawn_blocking(tree::zombie_children)
+            .await
             .unwrap_or_default();
-        tree::reap_orphans(&held);
+        let held = held();
+        for pid in zombies {
+            if !held.as_ref().is_some_and(|h| h.contains_key(&pid)) {
+                tree::reap(pid);
+            }
+        }
     }
 }
 
-/// Why the edge stops a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why the edge stops a process (stronger causes later: the strongest recorded is counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cause {
     /// It is no longer wanted (idle, its session ended, a reload, shutdown), or it ended on
     /// its own and what it left is cleared.
@@ -102,17 +114,20 @@ pub struct Pipes {
 pub struct Child {
     pub pid: u32,
     pub scope: Scope,
-    pool: Arc<str>,
+    pub(super) pool: Arc<str>,
     /// The server, held open: signals and waits go through it.
-    pidfd: Option<OwnedFd>,
+    pub(super) pidfd: Option<OwnedFd>,
     /// The server exited (it is not reaped yet).
-    exit: watch::Receiver<Option<Exit>>,
-    stopping: AtomicBool,
+    pub(super) exit: watch::Receiver<Option<Exit>>,
+    pub(super) stopping: AtomicBool,
+    /// The strongest reason it was stopped for ([`Cause`] as a number): a stop counted as
+    /// hung stays hung whoever asked first.
+    cause: AtomicU8,
     /// The whole session is gone and the server reaped: how it ended.
-    stopped: watch::Sender<Option<StdioStop>>,
-    scratch: Option<Scratch>,
+    pub(super) stopped: watch::Sender<Option<StdioStop>>,
+    pub(super) scratch: Option<Scratch>,
     /// What this process adds to `mcp_edge_stdio_tree_processes` now.
-    counted: AtomicI64,
+    pub(super) counted: AtomicI64,
 }
 
 impl std::fmt::Debug for Child {
@@ -129,11 +144,15 @@ pub fn spawn(spec: &Spec, pool: &Arc<str>, place: &Place) -> std::io::Result<(Ar
         None => None,
     };
     let mut command = command(spec, place, scratch.as_ref())?;
+    // Registered under the lock the orphan reaper takes, so it never reaps this server.
+    let mut held = held();
+    let Some(registry) = held.as_mut() else {
+        return Err(std::io::Error::other("the edge is stopping"));
+    };
     // A std child, not tokio's: tokio reaps the children it knows of, and this one must
     // not be reaped before its session is empty.
     let mut child = command.spawn()?;
     let pid = child.id();
-    held(pid, true);
     let pidfd = tree::open(pid);
     let pipes = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
         (Some(i), Some(o), Some(e)) => Pipes {
@@ -157,10 +176,13 @@ pub fn spawn(spec: &Spec, pool: &Arc<str>, place: &Place) -> std::io::Result<(Ar
         pidfd,
         exit,
         stopping: AtomicBool::new(false),
+        cause: AtomicU8::new(Cause::Asked as u8),
         stopped: watch::channel(None).0,
         scratch,
         counted: AtomicI64::new(0),
     });
+    registry.insert(pid, Arc::downgrade(&child));
+    drop(held);
     child.count(1);
     Ok((child, pipes))
 }
@@ -231,134 +253,17 @@ impl Child {
         self.exit.borrow().is_some()
     }
 
-    /// Stop it whole (see the module doc); every caller waits for the end, which the first
-    /// decides.
-    pub async fn stop(&self, grace: Duration, cause: Cause) -> StdioStop {
-        if self.stopping.swap(true, Ordering::SeqCst) {
-            let mut stopped = self.stopped.subscribe();
-            return match stopped.wait_for(Option::is_some).await {
-                Ok(how) => how.unwrap_or(StdioStop::Exited),
-                Err(_) => StdioStop::Exited,
-            };
-        }
-        let on_its_own = *self.exit.borrow();
-        self.signal_all(Signal::SIGTERM);
-        let killed = !self.gone_within(grace).await;
-        if killed {
-            let left = self.scope.running();
-            log::warn!(
-                "stdio pool {}: process {} and what it started ({left} running) did not stop within {} ms of SIGTERM; SIGKILL",
-                self.pool,
-                self.pid,
-                grace.as_millis()
-            );
-            self.signal_all(Signal::SIGKILL);
-            if !self.gone_within(AFTER_KILL).await {
-                log::error!(
-                    "stdio pool {}: process {}: {} processes still run after SIGKILL; they are reaped when they go",
-                    self.pool,
-                    self.pid,
-                    self.scope.running()
-                );
-            }
-        }
-        self.reap().await;
-        let how = match (cause, on_its_own) {
-            (Cause::Hung, _) => StdioStop::Hung,
-            (Cause::MemoryLimit, _) => StdioStop::MemoryLimit,
-            (Cause::Asked, Some(e)) if e.signal == Some(Signal::SIGXCPU as i32) => {
-                StdioStop::CpuLimit
-            }
-            (Cause::Asked, Some(_)) => StdioStop::Exited,
-            (Cause::Asked, None) if killed => StdioStop::Sigkill,
-            (Cause::Asked, None) => StdioStop::Sigterm,
-        };
-        if how == StdioStop::CpuLimit {
-            log::error!(
-                "stdio pool {}: process {} passed its cpu_seconds_limit (SIGXCPU)",
-                self.pool,
-                self.pid
-            );
-        }
-        metrics::stdio_stop(&self.pool, how);
-        if let Some(s) = &self.scratch {
-            s.release();
-        }
-        self.stopped.send_replace(Some(how));
-        how
+    /// Record why it is stopped (the strongest cause counts).
+    pub fn mark(&self, cause: Cause) {
+        self.cause.fetch_max(cause as u8, Ordering::SeqCst);
     }
 
-    /// SIGTERM or SIGKILL to the server (while it runs) and every other running process of
-    /// its session.
-    fn signal_all(&self, signal: Signal) {
-        if !self.has_exited() {
-            match &self.pidfd {
-                Some(fd) => {
-                    tree::send(fd, signal);
-                }
-                None => {
-                    let _ =
-                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), signal);
-                }
-            }
+    pub(super) fn cause(&self) -> Cause {
+        match self.cause.load(Ordering::SeqCst) {
+            n if n == Cause::MemoryLimit as u8 => Cause::MemoryLimit,
+            n if n == Cause::Hung as u8 => Cause::Hung,
+            _ => Cause::Asked,
         }
-        self.scope.signal(signal, self.pid);
-    }
-
-    /// Waits at most `limit` for the server to exit and nothing else of its session to run.
-    async fn gone_within(&self, limit: Duration) -> bool {
-        let until = Instant::now() + limit;
-        let mut step = Duration::from_millis(10);
-        loop {
-            // Zombies of the session that are the edge's own children (orphans handed to
-            // it as a container's PID 1) are reaped as they appear.
-            self.scope.reap(self.pid);
-            let running = self.scope.running();
-            self.set_count(running as i64);
-            if self.has_exited() && running == 0 {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= until {
-                return false;
-            }
-            let mut exit = self.exit.clone();
-            let wait = step.min(until - now);
-            let _ = tokio::time::timeout(wait, exit.wait_for(Option::is_some)).await;
-            step = (step * 2).min(Duration::from_millis(100));
-        }
-    }
-
-    /// Reap the server once nothing of its session runs (in a task of its own if
-    /// something still does).
-    async fn reap(&self) {
-        let gone = self.has_exited() && self.scope.running() == 0;
-        if gone {
-            self.reap_now();
-            return;
-        }
-        let (pool, pid, scope) = (self.pool.clone(), self.pid, self.scope);
-        let fd = self.pidfd.as_ref().and_then(|fd| fd.try_clone().ok());
-        let counted = self.counted.swap(0, Ordering::Relaxed);
-        tokio::spawn(async move {
-            let mut left = counted;
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                scope.reap(pid);
-                let running = scope.running() as i64;
-                metrics::stdio_tree(&pool, running - left);
-                left = running;
-                if running == 0 && exited(pid) {
-                    break;
-                }
-            }
-            reap_leader(pid, fd.as_ref());
-        });
-    }
-
-    fn reap_now(&self) {
-        reap_leader(self.pid, self.pidfd.as_ref());
-        self.set_count(0);
     }
 
     /// Its session's processes now (the gauge), from a scan.
@@ -423,25 +328,6 @@ fn status(fd: &OwnedFd) -> Option<Exit> {
 }
 
 /// Exited or gone: a zombie, or no entry at all.
-fn exited(pid: u32) -> bool {
+pub(super) fn exited(pid: u32) -> bool {
     tree::stat(pid).is_none_or(|s| s.zombie)
-}
-
-fn reap_leader(pid: u32, fd: Option<&OwnedFd>) {
-    held(pid, false);
-    match fd {
-        Some(fd) => {
-            use rustix::process::{waitid, WaitId, WaitIdOptions};
-            let _ = waitid(
-                WaitId::PidFd(fd.as_fd()),
-                WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
-            );
-        }
-        None => {
-            let _ = nix::sys::wait::waitpid(
-                nix::unistd::Pid::from_raw(pid as i32),
-                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-            );
-        }
-    }
 }

@@ -110,6 +110,13 @@ pub fn exec(args: &[String]) -> String {
     let Some(program) = argv.first() else {
         return "mcp-edge __stdio-exec: no command".into();
     };
+    // Rust's runtime ignores SIGPIPE, and an ignored signal stays ignored across exec: the
+    // server (a shell pipeline in a wrapper, say) would not die of a closed pipe as a
+    // server started anywhere else does. A handled signal is reset to its default by exec.
+    let pipe = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGPIPE, pipe) {
+        return format!("mcp-edge __stdio-exec: SIGPIPE: {e}");
+    }
     match nix::unistd::execvp(program, &argv) {
         Err(e) => format!("mcp-edge __stdio-exec: cannot run {}: {e}", command[0]),
         Ok(never) => match never {},

@@ -45,6 +45,7 @@ pub mod process;
 mod scratch;
 mod server;
 mod stderr;
+mod stop;
 mod supervise;
 mod tree;
 mod watchdog;
@@ -185,7 +186,10 @@ pub fn stop_all() {
         .filter_map(Weak::upgrade)
         .collect();
     let Some(handle) = handle() else { return };
-    if groups.is_empty() {
+    // No process starts from now on; any not reaped yet (one a stop detached, one a reload
+    // dropped, one a start just made) is stopped below too.
+    let left = child::close();
+    if groups.is_empty() && left.is_empty() {
         return;
     }
     let most = groups
@@ -194,10 +198,12 @@ pub fn stop_all() {
         .max()
         .unwrap_or_default();
     // The grace, the wait after SIGKILL, and a moment more.
-    let limit = most + Duration::from_secs(3);
+    let limit = most + stop::AFTER_KILL + Duration::from_secs(1);
     let (tx, rx) = std::sync::mpsc::channel();
     handle.spawn(async move {
-        futures::future::join_all(groups.iter().map(|g| g.stop())).await;
+        let groups = futures::future::join_all(groups.iter().map(|g| g.stop()));
+        let rest = stop::stop_every(left, most);
+        futures::future::join(groups, rest).await;
         let _ = tx.send(());
     });
     let _ = rx.recv_timeout(limit);

@@ -258,6 +258,8 @@ impl Proc {
     /// Give it up (hung, over its memory limit): waiting requests are answered now, and it
     /// is stopped whole in a task of its own.
     pub fn give_up(self: &Arc<Self>, cause: Cause, grace: Duration) {
+        // Recorded before anyone can learn it ended: whoever stops it, it counts as this.
+        self.child.mark(cause);
         self.fail_pending(cause == Cause::Hung);
         self.given_up.send_replace(true);
         let child = self.child.clone();

@@ -1,8 +1,9 @@
 //! Where an isolated process keeps its files: with `scratch_dir`, each process gets a
-//! directory of its own, `<scratch_dir>/<pool>/<key>` (mode 0700, made before it starts),
-//! removed when it stops unless `keep_scratch` (then the principal's, or the slot's, next
-//! process finds its files again). The pool's `env` values and `command` arguments name it
-//! and the caller with placeholders:
+//! directory of its own, `<scratch_dir>/<pool>/<key>-<n>` (mode 0700, made before it
+//! starts, `n` making it this process's alone), removed when it stops; with `keep_scratch`
+//! it is `<scratch_dir>/<pool>/<key>`, kept, and the principal's (or the slot's) next process
+//! finds its files again. The pool's `env` values and `command` arguments name it and the
+//! caller with placeholders:
 //!
 //! - `{scratch}`: the process's directory (empty without `scratch_dir`);
 //! - `{principal}`: the caller of a `per_principal` process, as the edge binds it (32 hex
@@ -13,7 +14,13 @@
 //!
 //! The key is `{principal}` for `per_principal`, `session-<digest of the session id>` for
 //! `per_session`, `shared-<slot>` for the shared processes: only hex digits, letters and
-//! `-`, so no key names a path outside its pool's directory.
+//! `-`, so no key names a path outside its pool's directory (and pool names there are
+//! letters, digits, `-` and `_`: the configuration checks it). A directory that is not one,
+//! or not the edge's own (a link planted in a shared place), is refused.
+//!
+//! The processes all run as the edge's user: the directories keep principals' files apart
+//! by name, not by permission (a server that went looking could read another's). Give
+//! `scratch_dir` to the edge alone (a volume of its pod).
 
 use std::path::{Path, PathBuf};
 
@@ -116,26 +123,62 @@ impl Vars {
     }
 }
 
+/// Suffixes of directories made by this edge.
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `path` is a directory (not a link to one) of this process's user; made private.
+fn owned(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.file_type().is_dir() {
+        return Err(std::io::Error::other("not a directory"));
+    }
+    if meta.uid() != rustix::process::geteuid().as_raw() {
+        return Err(std::io::Error::other("not the edge's own"));
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
 /// A process's directory, removed when it is released unless kept.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Scratch {
     pub path: PathBuf,
     keep: bool,
 }
 
 impl Scratch {
-    /// `<root>/<pool>/<key>`, made (mode 0700) if missing; an existing one is reused (a kept
-    /// directory, or one a process that was not stopped left).
+    /// A directory for one process under `<root>/<pool>/`: `<key>-<n>`, new (a free `n`), or,
+    /// kept across processes, `<key>` itself (made if missing).
     pub fn create(root: &Path, pool: &str, key: &str, keep: bool) -> std::io::Result<Scratch> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let pool_dir = root.join(safe(pool));
-        let path = pool_dir.join(key);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| std::io::Error::other(format!("scratch_dir {}: {e}", path.display())))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+        use std::os::unix::fs::DirBuilderExt;
+        let pool_dir = root.join(pool);
+        let private = |recursive: bool| {
+            let mut b = std::fs::DirBuilder::new();
+            b.recursive(recursive).mode(0o700);
+            b
+        };
+        let failed = |p: &Path, e: std::io::Error| {
+            std::io::Error::other(format!("scratch_dir {}: {e}", p.display()))
+        };
+        private(true)
+            .create(&pool_dir)
+            .map_err(|e| failed(&pool_dir, e))?;
+        let path = if keep {
+            let path = pool_dir.join(key);
+            private(true).create(&path).map_err(|e| failed(&path, e))?;
+            path
+        } else {
+            loop {
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = pool_dir.join(format!("{key}-{n}"));
+                match private(false).create(&path) {
+                    Ok(()) => break path,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(failed(&path, e)),
+                }
+            }
+        };
+        owned(&path).map_err(|e| failed(&path, e))?;
         Ok(Scratch { path, keep })
     }
 
@@ -184,12 +227,24 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&s.path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
+        let next = Scratch::create(&root, "pool", "k", false).unwrap();
+        assert_ne!(s.path, next.path, "each process has its own");
         std::fs::write(s.path.join("f"), "x").unwrap();
         s.release();
-        assert!(!s.path.exists());
+        assert!(!s.path.exists() && next.path.exists());
         let kept = Scratch::create(&root, "pool", "k", true).unwrap();
         kept.release();
         assert!(kept.path.exists());
+        assert_eq!(
+            Scratch::create(&root, "pool", "k", true).unwrap().path,
+            kept.path
+        );
+        let link = root.join("pool").join("l");
+        std::os::unix::fs::symlink(&next.path, &link).unwrap();
+        assert!(
+            Scratch::create(&root, "pool", "l", true).is_err(),
+            "a link is refused"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

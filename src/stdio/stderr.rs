@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
-/// The longest line logged; a longer one is logged in pieces of this size.
+/// The longest piece read as one line (a longer line comes in pieces).
 const MAX_LINE: u64 = 64 * 1024;
+/// What a logged line costs beyond its text: the log's own head (time, level, target) and
+/// the `stdio <pool>[<pid>]: ` prefix. Blank lines cost this too.
+const LINE_COST: usize = 64;
 
 /// A byte budget refilled at a rate (a token bucket).
 #[derive(Debug)]
@@ -46,7 +49,8 @@ pub async fn log(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32, 
     let mut lines = BufReader::new(stderr);
     let mut line = Vec::new();
     let mut dropped = 0u64;
-    let mut said = Instant::now() - Duration::from_secs(1);
+    let start = Instant::now();
+    let mut said = start.checked_sub(Duration::from_secs(1)).unwrap_or(start);
     loop {
         line.clear();
         match (&mut lines)
@@ -55,17 +59,18 @@ pub async fn log(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32, 
             .await
         {
             Ok(0) | Err(_) => break,
-            Ok(_) => {
+            Ok(n) => {
                 let now = Instant::now();
-                // What is logged is what counts: a long line is cut (`clip`) first.
+                // What is logged is what counts: a long line is cut (`clip`) first, and
+                // every line pays for its head.
                 let text = String::from_utf8_lossy(&line);
                 let text = super::process::clip(text.trim_end());
-                if bound.take(text.len(), now) {
+                if bound.take(text.len() + LINE_COST, now) {
                     log::info!("stdio {pool}[{pid}]: {text}");
                     continue;
                 }
-                crate::metrics::stdio_stderr_dropped(&pool, text.len() as u64);
-                dropped += text.len() as u64;
+                crate::metrics::stdio_stderr_dropped(&pool, n as u64);
+                dropped += n as u64;
                 if now.duration_since(said) >= Duration::from_secs(1) {
                     log::warn!(
                         "stdio {pool}[{pid}]: {dropped} stderr bytes dropped (over stderr_bytes_per_second)"

@@ -7,7 +7,7 @@
 //! Signals never reach a process id that may have been reused: each member is opened as a
 //! pidfd, checked to still be in the session, and signalled through the pidfd; and the
 //! server itself is not reaped (its id, which is the session's, stays taken) until nothing
-//! of its session is left.
+//! of its session is left ([`super::stop`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -67,51 +67,10 @@ impl Scope {
             .filter(|(_, s)| self.holds(s))
             .collect()
     }
-
-    /// Processes of the scope still running (not zombies).
-    pub fn running(self) -> usize {
-        self.members().iter().filter(|(_, s)| !s.zombie).count()
-    }
-
-    /// Send `signal` to every running process of the scope but `leader` (signalled through
-    /// its own pidfd by its owner); how many were signalled.
-    pub fn signal(self, signal: Signal, leader: u32) -> usize {
-        let mut sent = 0;
-        for (pid, s) in self.members() {
-            if s.zombie || pid == leader {
-                continue;
-            }
-            if signal_checked(pid, self, signal) {
-                sent += 1;
-            }
-        }
-        sent
-    }
-
-    /// Reap the scope's zombies that are this process's children (a server's descendants
-    /// reparented to the edge, when it is PID 1 of a container); never `leader`.
-    pub fn reap(self, leader: u32) {
-        let me = std::process::id();
-        for (pid, s) in self.members() {
-            if s.zombie && s.parent == me && pid != leader {
-                reap(pid);
-            }
-        }
-    }
-
-    /// Resident bytes of the scope's running processes.
-    pub fn resident_bytes(self) -> u64 {
-        let page = page_size();
-        self.members()
-            .iter()
-            .filter(|(_, s)| !s.zombie)
-            .map(|(_, s)| s.rss_pages * page)
-            .sum()
-    }
 }
 
 /// Signal `pid` only if, opened as a pidfd, it is still a member of `scope`.
-fn signal_checked(pid: u32, scope: Scope, signal: Signal) -> bool {
+pub fn signal_checked(pid: u32, scope: Scope, signal: Signal) -> bool {
     let Some(fd) = open(pid) else {
         return false;
     };
@@ -138,7 +97,7 @@ pub fn send(fd: &OwnedFd, signal: Signal) -> bool {
 }
 
 /// Reap a child that has exited (never blocks).
-fn reap(pid: u32) {
+pub fn reap(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
         let _ = nix::sys::wait::waitpid(
             nix::unistd::Pid::from_raw(pid),
@@ -147,21 +106,15 @@ fn reap(pid: u32) {
     }
 }
 
-/// Reap this process's zombie children that no supervisor holds (orphans reparented to
-/// the edge when it is a container's PID 1): `held` are the servers not to be reaped here.
-pub fn reap_orphans(held: &std::collections::HashSet<u32>) {
+/// This process's children that have exited and wait to be reaped.
+pub fn zombie_children() -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
+        return Vec::new();
     };
-    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-        if held.contains(&pid) {
-            continue;
-        }
-        if stat(pid).is_some_and(|s| s.zombie && s.parent == me) {
-            reap(pid);
-        }
-    }
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| stat(*pid).is_some_and(|s| s.zombie && s.parent == me))
+        .collect()
 }
 
 pub fn page_size() -> u64 {

@@ -7,11 +7,13 @@
 //!   event loop is stuck, that stopped reading its stdin, or stopped writing. Its waiting
 //!   requests are answered at once (`stdio_unresponsive`), and it is stopped; its supervisor
 //!   (a shared slot) starts another, an on-demand one starts again on next use.
-//! - **Memory.** Once a second, the resident memory of the process and everything in its
-//!   session; over `memory_limit_bytes` it is stopped the same way. (Resident memory, not
-//!   address space: `RLIMIT_AS` counts what runtimes such as V8 reserve and never use, and
-//!   breaks them long before they use too much.)
-//! - The same scan keeps `mcp_edge_stdio_tree_processes` up to date.
+//! - **Memory.** Once a second (with `memory_limit_bytes`), the resident memory of the
+//!   process and everything in its session; over the limit it is stopped the same way.
+//!   (Resident memory, not address space: `RLIMIT_AS` counts what runtimes such as V8
+//!   reserve and never use, and breaks them long before they use too much. Resident pages
+//!   shared after a fork count once per process: the sum errs high.)
+//! - The same scan (every [`GAUGE`] without a limit) keeps `mcp_edge_stdio_tree_processes` up
+//!   to date. Scans of `/proc` run on the blocking pool.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,8 +22,10 @@ use super::child::Cause;
 use super::process::Proc;
 use super::Spec;
 
-/// How often the session is scanned (memory, the gauge).
+/// How often the session is scanned for its memory.
 const SCAN: Duration = Duration::from_secs(1);
+/// How often it is scanned without a memory limit (the gauge only).
+const GAUGE: Duration = Duration::from_secs(5);
 
 /// Watch `proc` until it ends.
 pub(super) async fn watch(proc: Arc<Proc>, spec: Arc<Spec>) {
@@ -30,15 +34,19 @@ pub(super) async fn watch(proc: Arc<Proc>, spec: Arc<Spec>) {
         Some(every) => (every / 2).clamp(Duration::from_millis(50), SCAN),
         None => SCAN,
     };
+    let every = match spec.memory_limit_bytes {
+        Some(_) => SCAN,
+        None => GAUGE,
+    };
     let mut scanned = Instant::now();
     loop {
         tokio::select! {
             _ = proc.ended() => return,
             _ = tokio::time::sleep(tick) => {}
         }
-        if scanned.elapsed() >= SCAN {
+        if scanned.elapsed() >= every {
             scanned = Instant::now();
-            if let Some(over) = over_memory(&proc, &spec) {
+            if let Some(over) = over_memory(&proc, &spec).await {
                 log::error!(
                     "stdio pool {}: process {} and what it started hold {over} bytes, over its memory limit ({} bytes); stopping it",
                     proc.pool,
@@ -71,8 +79,8 @@ pub(super) async fn watch(proc: Arc<Proc>, spec: Arc<Spec>) {
 }
 
 /// Resident bytes of the process's session when over its limit (the gauge updated too).
-fn over_memory(proc: &Proc, spec: &Spec) -> Option<u64> {
-    let members = proc.child.scope.members();
+async fn over_memory(proc: &Proc, spec: &Spec) -> Option<u64> {
+    let members = super::stop::scan(proc.child.scope).await;
     let running: Vec<_> = members.iter().filter(|(_, s)| !s.zombie).collect();
     proc.child.count(running.len() as i64);
     let limit = spec.memory_limit_bytes?;
