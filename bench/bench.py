@@ -22,6 +22,7 @@ import identity
 import instructions
 import stdio
 import tls
+import ratelimit
 import tracing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -211,13 +212,15 @@ def main():
     }}
     try:
         # One part alone (bench/stdio.py, bench/identity.py, bench/tracing.py,
-        # bench/instructions.py), with the
+        # bench/ratelimit.py, bench/instructions.py), with the
         # full rounds.
         parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
                  "--identity": ("identity", identity,
                                 lambda: identity.run(sys.modules[__name__], work, start_upstream())),
                  "--tracing": ("tracing", tracing,
                                lambda: tracing.run(sys.modules[__name__], work, start_upstream())),
+                 "--rate-limits": ("ratelimit", ratelimit,
+                                   lambda: ratelimit.run(sys.modules[__name__], work, start_upstream())),
                  "--instructions": ("instructions", instructions,
                                     lambda: instructions.run(sys.modules[__name__], work, start_upstream()))}
         for flag, (key, module, part) in parts.items():
@@ -354,6 +357,9 @@ def run(work, results):
     # Tracing: off, on at 100 % sampling, and with the collector down (bench/tracing.py).
     results["tracing"] = tracing.run(sys.modules[__name__], work, upstream)
 
+    # Rate limits: the edge's own buckets against Redis's (bench/ratelimit.py).
+    results["ratelimit"] = ratelimit.run(sys.modules[__name__], work, upstream)
+
     # Instructions per request under callgrind (bench/instructions.py): not in the quick run.
     if not QUICK:
         results["instructions"] = instructions.run(sys.modules[__name__], work, upstream)
@@ -484,6 +490,8 @@ def report(r):
         block += "\n\n" + identity.block(r["identity"])
     if "tracing" in r:
         block += "\n\n" + tracing.block(r["tracing"])
+    if "ratelimit" in r:
+        block += "\n\n" + ratelimit.block(r["ratelimit"])
     if "stdio" in r:
         block += "\n\n" + stdio.block(r["stdio"])
     if "instructions" in r:

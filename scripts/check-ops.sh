@@ -428,6 +428,52 @@ else
     fail "$TLS_DIR: Certificate, Secret volume, listener and ports"
 fi
 
+section "Redis example (deploy/examples/redis: the TOML, the password mount, the egress)"
+# The overlay's mcp-edge.toml is a full copy of the base's plus a rate limit and [rate_limits]:
+# equal to the base's elsewhere; its redis_password_file is in the mounted Secret; the
+# NetworkPolicy lets the edge reach the Redis port the URL names.
+REDIS_DIR=deploy/examples/redis
+REDIS_OUT="$WORK/$(echo "$REDIS_DIR" | tr / _).yaml"
+if [ ! -s "$REDIS_OUT" ] || [ ! -s "$BASE_OUT" ]; then
+    fail "$REDIS_DIR: no rendered build of it and deploy/base to check (see the kustomize builds above)"
+elif "$PY" - "$REDIS_OUT" "$BASE_OUT" <<'EOF'
+import sys, tomllib, yaml
+def load(path):
+    with open(path) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+def toml_of(docs):
+    cm = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "mcp-edge-config"]
+    return tomllib.loads(cm[0]["data"]["mcp-edge.toml"])
+docs = load(sys.argv[1])
+config, base = toml_of(docs), toml_of(load(sys.argv[2]))
+rl = config.get("rate_limits")
+if not rl or not any("rate_limit" in r for r in config.get("routes", [])):
+    sys.exit("the overlay's mcp-edge.toml has no [rate_limits] or no route with a rate_limit")
+dep = next(d for d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"] == "mcp-edge")
+container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "mcp-edge")
+mounts = {m["mountPath"].rstrip("/") for m in container.get("volumeMounts", [])}
+pw = rl.get("redis_password_file", "")
+if pw.rsplit("/", 1)[0] not in mounts:
+    sys.exit(f"redis_password_file {pw!r} is in no mounted volume ({sorted(mounts)})")
+port = int(rl["redis"].split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+netpol = next(d for d in docs if d.get("kind") == "NetworkPolicy" and d["metadata"]["name"] == "mcp-edge")
+if not any(p.get("port") == port for r in netpol["spec"].get("egress", []) for p in r.get("ports", [])):
+    sys.exit(f"the NetworkPolicy allows no egress to the Redis port {port}")
+for t in (config, base):
+    t.pop("rate_limits", None)
+    for r in t.get("routes", []):
+        r.pop("rate_limit", None)
+if config != base:
+    diff = sorted(k for k in set(config) | set(base) if config.get(k) != base.get(k))
+    sys.exit(f"the overlay's mcp-edge.toml differs from deploy/base's outside the rate limits, in {diff}: copy the change over")
+print(f"[rate_limits] {rl['redis']}: password file mounted, egress to {port} allowed, TOML equals the base's but for the rate limits")
+EOF
+then
+    pass "$REDIS_DIR: the password file mounted, egress to Redis, TOML equals the base's but for the rate limits"
+else
+    fail "$REDIS_DIR: TOML, password mount, egress"
+fi
+
 # ---- the ConfigMaps' mcp-edge.toml ---------------------------------------------------------
 
 section "ConfigMap configuration (mcp-edge --check)"
@@ -462,6 +508,12 @@ for path in files:
             for var in re.findall(r'(?m)^\s*keys_env\s*=\s*"([^"]+)"', text):
                 env[var] = test_ring
             text = re.sub(r'(?m)^(\s*keys_file\s*=\s*).*$', lambda m: m.group(1) + '"%s"' % keys, text)
+            # The Redis password file is a hand-made Secret's: a throwaway one here.
+            password = os.path.join(work, "redis-password")
+            with open(password, "w") as fh:
+                fh.write("throwaway\n")
+            text = re.sub(r'(?m)^(\s*redis_password_file\s*=\s*).*$',
+                          lambda m: m.group(1) + '"%s"' % password, text)
             note = ""
             if "/etc/mcp-edge/tls/" in text:
                 if not tls_dir:

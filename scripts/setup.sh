@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything mcp-edge's build and tests need on a fresh Debian machine:
-# cmake (Pingora's zlib-ng build), chromium (headless browser for the CORS tests), the official
+# cmake (Pingora's zlib-ng build), chromium (headless browser for the CORS tests), redis-server
+# (the fleet-wide rate limit tests), the official
 # MCP SDK peers (npm ci from the committed lockfile) and the Python SDK peer (a venv from pinned
 # requirements).
 set -euo pipefail
@@ -20,9 +21,11 @@ install_missing() {
 }
 
 install_missing cmake cmake
-# Headless Chromium for the browser tests (tests/browser.rs).
+# Headless Chromium for the browser tests (tests/browser.rs); Debian's redis-server for the
+# fleet-wide rate limits (tests/rate_limits.rs starts its own, never a system service).
 if [ "${1:-}" != "--build-only" ]; then
   install_missing chromium chromium
+  install_missing redis-server redis-server
 fi
 
 if [ "${1:-}" != "--build-only" ]; then

@@ -207,8 +207,9 @@ pub enum EdgeError {
         challenge: String,
         reason: &'static str,
     },
-    /// The caller is over the route's rate limit: 429, `Retry-After` in seconds.
-    RateLimited { retry_after: u64 },
+    /// The caller is over the route's rate limit: 429, with when to retry and the size of
+    /// the bucket that refused (the draft SEP's `data.retryAfterMs`, `RateLimit-*` headers).
+    RateLimited { retry_after_ms: u64, limit: u32 },
     /// A batch on a route with a policy (its calls could not each be checked).
     BatchRefused,
     /// A stdio server does not read its input (its queue is full): nothing was sent to it.
@@ -330,12 +331,12 @@ impl EdgeError {
             | EdgeError::StdioUnavailable { .. }
             | EdgeError::StdioExited
             | EdgeError::StdioUnresponsive => code::INTERNAL,
+            EdgeError::RateLimited { .. } => code::RATE_LIMITED,
             EdgeError::OriginRejected { .. }
             | EdgeError::HostRejected { .. }
             | EdgeError::Overloaded { .. }
             | EdgeError::BodyTimeout
             | EdgeError::Unauthorized { .. }
-            | EdgeError::RateLimited { .. }
             | EdgeError::TlsRequired
             | EdgeError::BodyTooLarge { .. }
             | EdgeError::HeadersTooLarge { .. }
@@ -401,8 +402,8 @@ impl EdgeError {
                 "This port speaks TLS: send the request over https://".to_string()
             }
             EdgeError::Unauthorized { reason, .. } => format!("Unauthorized: {reason}"),
-            EdgeError::RateLimited { retry_after } => {
-                format!("Rate limit exceeded: retry in {retry_after} s")
+            EdgeError::RateLimited { retry_after_ms, .. } => {
+                format!("Rate limit exceeded: retry in {retry_after_ms} ms")
             }
             EdgeError::BatchRefused => {
                 "Invalid Request: batches are not accepted on this route (its policy checks each call)".to_string()
@@ -432,6 +433,10 @@ impl EdgeError {
                 Some(data)
             }
             EdgeError::HeaderMismatch { header, .. } => Some(json!({ "header": header.name() })),
+            EdgeError::RateLimited {
+                retry_after_ms,
+                limit,
+            } => Some(json!({ "retryAfterMs": retry_after_ms, "limit": limit, "remaining": 0 })),
             _ => None,
         }
     }
@@ -472,8 +477,15 @@ impl EdgeError {
             EdgeError::Overloaded { .. }
             | EdgeError::StdioBusy
             | EdgeError::StdioUnavailable { .. } => headers.push(("retry-after", "1".into())),
-            EdgeError::RateLimited { retry_after } => {
-                headers.push(("retry-after", retry_after.to_string()))
+            EdgeError::RateLimited {
+                retry_after_ms,
+                limit,
+            } => {
+                // Whole seconds, rounded up (HTTP has no finer `Retry-After`).
+                let seconds = retry_after_ms.div_ceil(1000).max(1);
+                headers.push(("retry-after", seconds.to_string()));
+                headers.push(("ratelimit-limit", limit.to_string()));
+                headers.push(("ratelimit-remaining", "0".into()));
             }
             EdgeError::Unauthorized { challenge, .. } => {
                 headers.push(("www-authenticate", challenge.clone()))

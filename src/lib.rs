@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod identity;
 pub mod mcp;
 pub mod metrics;
@@ -78,7 +79,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    config.runtime.start_stdio();
+    config.runtime.start();
     for pool in config.runtime.pools.values() {
         pool.publish();
     }

@@ -131,6 +131,10 @@ pub struct Runtime {
     pub tool_names: Vec<String>,
     /// `[identity]`: how credentials become principals.
     pub identity: Option<Arc<crate::identity::Identity>>,
+    /// `[fleet]`: the edge's own replicas.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// `[rate_limits]`: the store rate limits share across the fleet.
+    pub rate_store: Option<Arc<crate::identity::rate::shared::Store>>,
 }
 
 /// What the access log writes (`access_log.enabled`, `access_log.argument_names`).
@@ -153,8 +157,19 @@ impl Runtime {
     }
 
     /// Carry member sets and health over from the snapshot this one replaces (reload), so a
-    /// reload neither forgets discovered members nor resets health.
-    pub fn inherit(&self, old: &Runtime) {
+    /// reload neither forgets discovered members nor resets health; the fleet's replicas and
+    /// the rate-limit store's connection (same settings) go on too.
+    pub fn inherit(&mut self, old: &Runtime) {
+        if let (Some(new), Some(old)) = (&self.fleet, &old.fleet) {
+            new.inherit(old);
+        }
+        if let Some(store) = &self.rate_store {
+            if let Some(kept) =
+                crate::identity::rate::shared::reuse(old.rate_store.as_ref(), &store.settings)
+            {
+                self.rate_store = Some(kept);
+            }
+        }
         for (name, pool) in &self.pools {
             if let Some(previous) = old.pools.get(name) {
                 pool.inherit(previous);
@@ -172,8 +187,16 @@ impl Runtime {
     }
 
     /// Start what this snapshot needs that the one it replaces did not hand over: a group
-    /// for every stdio pool (its member is the group's local address).
-    pub fn start_stdio(&self) {
+    /// for every stdio pool, and the connection of the rate-limit store.
+    pub fn start(&self) {
+        self.start_stdio();
+        if let Some(store) = &self.rate_store {
+            store.connect();
+        }
+    }
+
+    /// A group for every stdio pool (its member is the group's local address).
+    fn start_stdio(&self) {
         for pool in self.pools.values() {
             let crate::routing::Source::Stdio(spec) = &pool.source else {
                 continue;

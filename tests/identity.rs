@@ -467,8 +467,16 @@ async fn callers_over_their_rate_get_429_and_a_new_session_does_not_reset_it() {
         let r = exchange(modern_request(&c, &edge.url(), &list).bearer_auth(&a)).await;
         statuses.push(r.status);
         if r.status == 429 {
+            // The draft SEP's answer: -32023, retryAfterMs, Retry-After and RateLimit-*.
             assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
-            assert_eq!(r.json["error"]["code"], -32000, "{r:?}");
+            assert_eq!(r.header("ratelimit-limit"), Some("3"), "{r:?}");
+            assert_eq!(r.header("ratelimit-remaining"), Some("0"), "{r:?}");
+            assert_eq!(r.json["error"]["code"], -32023, "{r:?}");
+            let wait = r.json["error"]["data"]["retryAfterMs"]
+                .as_u64()
+                .unwrap_or(0);
+            assert!((1..=1000).contains(&wait), "{r:?}");
+            assert_eq!(r.json["error"]["data"]["limit"], 3, "{r:?}");
             assert_eq!(r.json["id"], 9, "{r:?}");
         }
     }

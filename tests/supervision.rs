@@ -566,5 +566,9 @@ async fn the_launcher_sets_open_files_and_cpu_time_and_a_cpu_limit_is_counted() 
         .map(str::trim)
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
         .unwrap_or_else(|| panic!("the shell's SigIgn:\n{log}"));
-    assert_eq!(ignored & (1 << 12), 0, "SIGPIPE (13) is not ignored: {ignored:x}");
+    assert_eq!(
+        ignored & (1 << 12),
+        0,
+        "SIGPIPE (13) is not ignored: {ignored:x}"
+    );
 }

@@ -7,10 +7,12 @@ use std::num::{NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
 
+mod fleet;
 mod identity;
 mod pools;
 mod routes;
 
+pub use fleet::{FleetSection, RateLimitsSection};
 pub use identity::{IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection};
 pub use pools::{CheckName, HealthSection, PoolSection, PoolTlsSection};
 pub use routes::{PassthroughSection, RouteSection};
@@ -45,6 +47,10 @@ pub mod defaults {
     /// `npx` fetching a package on first start can take a while.
     pub const STDIO_START_TIMEOUT_MS: NonZeroU64 = long(60_000);
     pub const STDIO_STOP_GRACE_MS: NonZeroU64 = long(5_000);
+    pub const FLEET_INTERVAL_MS: NonZeroU64 = long(5_000);
+    pub const FLEET_TIMEOUT_MS: NonZeroU64 = long(1_000);
+    /// "A few milliseconds": Redis on the same network answers in well under one.
+    pub const RATE_DECISION_TIMEOUT_MS: NonZeroU64 = long(5);
     /// A `ping` after this much silence; with the timeout, a server that blocks its event
     /// loop for 25 s on purpose is taken for hung (raise both, or 0 turns it off).
     pub const STDIO_LIVENESS_INTERVAL_MS: u64 = 15_000;
@@ -166,6 +172,10 @@ pub struct File {
     pub forwarding: ForwardingSection,
     /// Who is calling: JWTs and API keys (routes opt in with `auth`).
     pub identity: Option<IdentitySection>,
+    /// The edge's own replicas.
+    pub fleet: Option<FleetSection>,
+    /// Where rate limits are kept for the whole fleet.
+    pub rate_limits: Option<RateLimitsSection>,
 }
 
 #[derive(Debug, Deserialize)]

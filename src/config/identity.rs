@@ -13,7 +13,7 @@ use crate::identity::jwks::{Jwks, JwksSource};
 use crate::identity::jwt::{self, JwtSettings, Verifier};
 use crate::identity::keys::ApiKeys;
 use crate::identity::policy::{Policy, Rule};
-use crate::identity::rate::{Limiter, RateSettings};
+use crate::identity::rate::{RateLimit, RateSettings};
 use crate::identity::{Access, AuthMode, Identity};
 
 pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<Arc<Identity>> {
@@ -138,7 +138,7 @@ pub fn access(
         never_matching(r, &at, p, identity, warnings);
     }
     let rate = r.rate_limit.map(|l| {
-        Limiter::new(RateSettings {
+        RateLimit::new(RateSettings {
             per_second: l.requests_per_second,
             burst: l.burst.unwrap_or(l.requests_per_second),
             per_tool: l

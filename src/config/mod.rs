@@ -7,6 +7,7 @@
 //! Every message names the offending key (`routes[0].pool: …`).
 
 pub mod file;
+mod fleet;
 mod identity;
 mod listeners;
 mod pools;
@@ -114,6 +115,14 @@ impl File {
         let forwarding = forwarding(&self.forwarding, &mut errs);
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
         let tracing = tracing::tracing(self.tracing.as_ref(), &mut errs);
+        let fleet = fleet::fleet(self.fleet.as_ref(), &mut errs);
+        let rate_store = fleet::rate_limits(
+            self.rate_limits.as_ref(),
+            self.routes.iter().any(|r| r.rate_limit.is_some()),
+            fleet.is_some(),
+            &mut errs,
+            &mut warnings,
+        );
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -138,6 +147,8 @@ impl File {
                     .map(|m| m.tool_names.clone())
                     .unwrap_or_default(),
                 identity,
+                fleet,
+                rate_store,
             },
         })
     }

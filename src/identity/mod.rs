@@ -99,7 +99,7 @@ pub struct Access {
     pub forward_credential: bool,
     pub policy: Option<policy::Policy>,
     pub absent_as: crate::mcp::absent::AbsentAs,
-    pub rate: Option<rate::Limiter>,
+    pub rate: Option<rate::RateLimit>,
 }
 
 /// `[identity]`, checked.

@@ -22,6 +22,10 @@ pub mod code {
     pub const SESSION_NOT_FOUND: i64 = -32001;
     pub const HEADER_MISMATCH: i64 = -32020;
     pub const UNSUPPORTED_VERSION: i64 = -32022;
+    /// Over a rate limit: the draft SEP's `RateLimited` (SEP-3304, open at 2026-12: HTTP
+    /// 429, `data.retryAfterMs`), the next code after the 2026-07-28 revision's -32020 to
+    /// -32022. One constant, to follow the SEP if its number changes.
+    pub const RATE_LIMITED: i64 = -32023;
 }
 
 /// A request's id as JSON text: `null` when there is none to echo.

@@ -5,11 +5,17 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use strum::IntoEnumIterator;
 
 use super::*;
+
+/// A shared store's answers: tens of microseconds on a node, milliseconds across zones.
+const STORE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -153,6 +159,22 @@ fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
             "Requests over the route's rate limit (answered 429), by route",
             &["route"],
         )?,
+        rate_decisions: r.counter(
+            "mcp_edge_rate_limit_decisions_total",
+            "Rate-limit decisions by route and store (local: no shared store; shared: Redis; fallback: this replica's share while Redis cannot decide)",
+            &["route", "store"],
+        )?,
+        rate_store_seconds: r.register(Histogram::with_opts(
+            HistogramOpts::new(
+                "mcp_edge_rate_limit_redis_seconds",
+                "Time Redis took for the rate-limit decisions it gave",
+            )
+            .buckets(STORE_BUCKETS.to_vec()),
+        )?)?,
+        rate_fallback: r.plain_gauge(
+            "mcp_edge_rate_limit_fallback",
+            "1 while Redis cannot decide rate limits and each replica decides with its share",
+        )?,
         jwks_fetches: r.counter(
             "mcp_edge_jwks_fetches_total",
             "JWKS URL fetches by result (success, failure)",
@@ -208,7 +230,7 @@ fn stdio_metrics(r: &Registrar) -> Result<StdioMetrics, prometheus::Error> {
         )?,
         exits: r.counter(
             "mcp_edge_stdio_exits_total",
-            "Shared stdio server processes that ended on their own (then restarted), by pool",
+            "Shared stdio server processes that ended (on their own, hung, over a limit) and were restarted, by pool",
             &["pool"],
         )?,
         stops: r.counter(
@@ -255,6 +277,11 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
             "mcp_edge_upstream_connect_failures_total",
             "Failed connections to a member (refused, timed out)",
             &["pool", "member"],
+        )?,
+        fleet: r.gauge(
+            "mcp_edge_fleet_replicas",
+            "The edge's own replicas ([fleet]): known (listed or resolved) and live (answering)",
+            &["state"],
         )?,
         revisions: r.gauge(
             "mcp_edge_pool_revisions",

@@ -10,7 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 
 use prometheus::{
-    Encoder, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+    Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    TextEncoder,
 };
 use strum::{EnumIter, IntoStaticStr};
 
@@ -75,6 +76,12 @@ pub struct AccessMetrics {
     pub policy_hidden: IntCounterVec,
     /// Requests over a route's rate limit (429), by route.
     pub rate_limited: IntCounterVec,
+    /// Rate-limit decisions by route and who decided (local, shared, fallback).
+    pub rate_decisions: IntCounterVec,
+    /// Time Redis took for a decision it gave.
+    pub rate_store_seconds: Histogram,
+    /// 1 while Redis cannot decide and replicas decide locally.
+    pub rate_fallback: IntGauge,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
 }
@@ -147,6 +154,8 @@ pub struct PoolMetrics {
     /// Whether a pool's healthy members speak a revision (1) or not (0), as their `mcp`
     /// health checks told; no series while nobody has said.
     pub revisions: IntGaugeVec,
+    /// The edge's own replicas (`[fleet]`): known and live.
+    pub fleet: IntGaugeVec,
 }
 
 /// The memory budget and its push-back.
@@ -296,6 +305,23 @@ pub fn stdio_start(pool: &str, ok: bool) {
 
 pub fn stdio_exit(pool: &str) {
     get().stdio.exits.with_label_values(&[pool]).inc();
+}
+
+/// The fleet's replicas: `known` (listed or resolved) and `live` (answering).
+pub fn fleet(known: usize, live: usize) {
+    let f = &get().pools.fleet;
+    f.with_label_values(&["known"]).set(known as i64);
+    f.with_label_values(&["live"]).set(live as i64);
+}
+
+/// A decision Redis gave, and how long it took.
+pub fn rate_store_seconds(took: std::time::Duration) {
+    get().access.rate_store_seconds.observe(took.as_secs_f64());
+}
+
+/// Replicas decide locally (`true`) or through Redis again.
+pub fn rate_fallback(on: bool) {
+    get().access.rate_fallback.set(i64::from(on));
 }
 
 pub fn stdio_stop(pool: &str, how: StdioStop) {

@@ -42,6 +42,12 @@ impl BackgroundService for Maintenance {
                 }
             }
             identity_upkeep(&snapshot, &mut due);
+            if let Some(fleet) = &snapshot.fleet {
+                if is_due(&mut due, "", "fleet", fleet.settings.interval) {
+                    let fleet = fleet.clone();
+                    tokio::spawn(async move { fleet.refresh().await });
+                }
+            }
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = shutdown.changed() => return,
@@ -67,8 +73,8 @@ fn identity_upkeep(snapshot: &Runtime, due: &mut HashMap<(String, &'static str),
     }
     if is_due(due, "", "rate", RATE_SWEEP) {
         for endpoint in snapshot.endpoints.values() {
-            if let Some(limiter) = &endpoint.route.access.rate {
-                limiter.sweep();
+            if let Some(limit) = &endpoint.route.access.rate {
+                limit.sweep();
             }
         }
     }

@@ -97,13 +97,13 @@ impl Reloader {
         reload_certificates(&self.certificates());
         let m = metrics::get();
         match Config::load(&self.path) {
-            Ok(config) => {
+            Ok(mut config) => {
                 for w in &config.warnings {
                     log::warn!("config: {w}");
                 }
                 let old = self.runtime.load_full();
                 config.runtime.inherit(&old);
-                config.runtime.start_stdio();
+                config.runtime.start();
                 for pool in config.runtime.pools.values() {
                     pool.publish();
                 }

@@ -115,6 +115,7 @@ pipeline! {
         bridge::Bridge,
         limits::Streams,
         legacy::Legacy,
+        rate::Rate,
         policy::Policy,
     ],
     attempt: [

@@ -155,7 +155,7 @@ pub struct Pool {
     pub host: Option<String>,
     /// The revisions its healthy members speak; the routes on this pool read it.
     pub spoken: Arc<ArcSwap<Spoken>>,
-    /// A stdio pool's processes, once started (see [`crate::runtime::Runtime::start_stdio`]).
+    /// A stdio pool's processes, once started (see [`crate::runtime::Runtime::start`]).
     pub stdio: std::sync::OnceLock<Arc<crate::stdio::Group>>,
 }
 

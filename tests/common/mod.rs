@@ -12,6 +12,7 @@ pub mod http1;
 pub mod mock;
 pub mod otlp;
 pub mod peers;
+pub mod redis;
 pub mod tls;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -14,6 +14,7 @@ pub mod method;
 pub mod metrics;
 pub mod outcome;
 pub mod policy;
+pub mod rate;
 pub mod route;
 pub mod rules;
 pub mod stdio;

@@ -176,7 +176,11 @@ mod tests {
         assert_eq!(Failure::Code("-99999999999").label(), "_OTHER");
         assert!(!Failure::Code("-32602").is_server_side());
         assert!(Failure::Code("-32603").is_server_side());
-        assert!(!Failure::Edge(&EdgeError::RateLimited { retry_after: 1 }).is_server_side());
+        assert!(!Failure::Edge(&EdgeError::RateLimited {
+            retry_after_ms: 1,
+            limit: 1
+        })
+        .is_server_side());
         assert!(Failure::Edge(&EdgeError::UpstreamTimeout {
             detail: String::new()
         })

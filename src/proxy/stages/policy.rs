@@ -1,6 +1,6 @@
-//! The route's rate limit (429), then its policy (see [`crate::identity::policy`]), once the
-//! body named its method and entry; the list answers of a route with a policy are filtered
-//! on their way ([`crate::mcp::lists`]).
+//! The route's policy (see [`crate::identity::policy`]), once the body named its method and
+//! entry (and the rate limit let the request by: [`super::rate`]); the list answers of a
+//! route with a policy are filtered on their way ([`crate::mcp::lists`]).
 //!
 //! - A request naming a hidden tool, prompt or resource is answered as the server answers an
 //!   absent one, and never forwarded. Where the edge cannot give that answer exactly (an
@@ -18,16 +18,15 @@ use serde_json::Value;
 
 use crate::error::{EdgeError, Rejection};
 use crate::identity::policy::Grant;
-use crate::identity::rate;
 use crate::mcp::absent::{self, AbsentAs};
 use crate::mcp::lists::{self, ListFilter, LIST_METHODS};
 use crate::mcp::media::{self, Media};
 use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::sse;
-use crate::mcp::target::{Kind, Target};
+use crate::mcp::target::Target;
 use crate::metrics;
 use crate::proxy::answer::Answer;
-use crate::proxy::ctx::{Ctx, Policed, PolicyVerdict, RateVerdict};
+use crate::proxy::ctx::{Ctx, Policed, PolicyVerdict};
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
@@ -52,28 +51,12 @@ impl Stage for Policy {
         let Some(endpoint) = a.ctx.request.endpoint.clone() else {
             return Ok(Flow::Next);
         };
-        let access = &endpoint.route.access;
-        if access.rate.is_none() && access.policy.is_none() {
-            return Ok(Flow::Next);
-        }
-        let id = a.ctx.request_id().cloned();
-        let reject = |e| Rejection::with_id(e, id.clone());
-        let grant = access
-            .policy
-            .as_ref()
-            .map(|p| p.grant(a.ctx.request.principal.as_deref()));
-        let rated = limit_rate(a, &endpoint.route, grant.as_ref());
-        if access.rate.is_some() {
-            let verdict = match rated {
-                Ok(()) => RateVerdict::Allowed,
-                Err(_) => RateVerdict::Limited,
-            };
-            a.ctx.request.decided.rate = Some(verdict);
-        }
-        rated.map_err(reject)?;
-        let Some(grant) = grant else {
+        let Some(policy) = &endpoint.route.access.policy else {
             return Ok(Flow::Next);
         };
+        let id = a.ctx.request_id().cloned();
+        let reject = |e| Rejection::with_id(e, id.clone());
+        let grant = policy.grant(a.ctx.request.principal.as_deref());
         let message = a.ctx.request.message.as_deref();
         if message.is_some_and(|m| m.batch) {
             decide(a.ctx, Policed::Refused, &grant);
@@ -122,37 +105,6 @@ fn decide(ctx: &mut Ctx, verdict: Policed, grant: &Grant) {
         verdict,
         rule: grant.rule().to_string(),
     });
-}
-
-/// A tool's bucket only for a name the caller may use; every request also draws from the
-/// caller's.
-fn limit_rate(a: &Admission<'_>, route: &Route, grant: Option<&Grant>) -> Result<(), EdgeError> {
-    let Some(limiter) = &route.access.rate else {
-        return Ok(());
-    };
-    let message = a.ctx.request.message.as_deref();
-    let tool = message
-        .filter(|m| m.method.as_deref() == Some("tools/call"))
-        .and_then(|m| m.target.as_ref())
-        .map(|t| t.value.as_str())
-        .filter(|name| name.len() <= 128)
-        .filter(|name| grant.is_none_or(|g| g.allows(Kind::Tool, name)));
-    let principal = a.ctx.request.principal.as_deref();
-    let caller = match principal {
-        Some(_) => super::forwarding::peer(a.session).map(|ip| ip.to_canonical()),
-        None => super::forwarding::client_address(a.session, &a.ctx.snapshot.forwarding),
-    };
-    if let Err(wait) = limiter.check(principal, caller, tool) {
-        metrics::get()
-            .access
-            .rate_limited
-            .with_label_values(&[route.name.as_str()])
-            .inc();
-        return Err(EdgeError::RateLimited {
-            retry_after: rate::retry_after(wait),
-        });
-    }
-    Ok(())
 }
 
 /// A request naming a hidden entry, or a subscription with hidden URIs.
