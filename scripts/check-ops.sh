@@ -397,7 +397,10 @@ tls_listeners = [l for l in config.get("listeners", []) if "tls" in l]
 if not tls_listeners:
     sys.exit("the rendered mcp-edge.toml has no [listeners.tls]")
 ports = {p["containerPort"]: p.get("name") for p in container.get("ports", [])}
-svc = one(docs, "Service")
+# The MCP Service (mcp-edge-peers, the replicas' headless one, serves only the admin port).
+svc = next((d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"] == "mcp-edge"), None)
+if svc is None:
+    sys.exit("the build renders no Service mcp-edge")
 netpol = one(docs, "NetworkPolicy")
 for l in tls_listeners:
     for c in l["tls"]["certificates"]:
