@@ -11,9 +11,13 @@
 //! Membership changes are logged and exported (`mcp_edge_fleet_replicas{state}`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// Rounds a new live count must hold before it is the fleet's: a replica that answers one
+/// round and not the next does not resize every share (and refill every bucket) each time.
+const SETTLE: usize = 2;
 
 /// Where the replicas come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +40,13 @@ pub struct Fleet {
     pub settings: Settings,
     /// The replicas known now (resolved), and which of them answered.
     known: Mutex<Vec<SocketAddr>>,
+    /// The live count the fleet goes by (settled), and the last rounds' counts.
     live: AtomicUsize,
+    seen: Mutex<Vec<usize>>,
+    /// A round is running (rounds never overlap).
+    busy: AtomicBool,
+    /// Said that only this replica is known (once per episode).
+    alone: AtomicBool,
 }
 
 impl Fleet {
@@ -51,6 +61,9 @@ impl Fleet {
             settings,
             known: Mutex::new(known),
             live: AtomicUsize::new(live),
+            seen: Mutex::new(Vec::new()),
+            busy: AtomicBool::new(false),
+            alone: AtomicBool::new(false),
         }
     }
 
@@ -68,22 +81,20 @@ impl Fleet {
         }
     }
 
-    /// One round: resolve (a name), then ask each replica for a connection.
+    /// One round: resolve (a name), then ask each replica for a connection. A round that
+    /// finds the previous one still running does nothing.
     pub async fn refresh(&self) {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.round().await;
+        self.busy.store(false, Ordering::Release);
+    }
+
+    async fn round(&self) {
         let known = match &self.settings.peers {
             Peers::Static(list) => list.clone(),
-            Peers::Dns(name) => match tokio::net::lookup_host(name.as_str()).await {
-                Ok(found) => {
-                    let mut found: Vec<SocketAddr> = found.collect();
-                    found.sort();
-                    found.dedup();
-                    found
-                }
-                Err(e) => {
-                    log::warn!("fleet: resolving {name} failed: {e}; keeping what was known");
-                    self.lock().clone()
-                }
-            },
+            Peers::Dns(name) => self.resolve(name).await,
         };
         let timeout = self.settings.timeout;
         let answers = futures::future::join_all(known.iter().map(|addr| async move {
@@ -93,8 +104,9 @@ impl Fleet {
             )
         }))
         .await;
-        let live = answers.iter().filter(|ok| **ok).count();
+        let answered = answers.iter().filter(|ok| **ok).count();
         let before = std::mem::replace(&mut *self.lock(), known.clone());
+        let live = self.settle(answered);
         let was = self.live.swap(live, Ordering::Relaxed);
         if before != known || was != live {
             log::info!(
@@ -109,6 +121,57 @@ impl Fleet {
             );
         }
         crate::metrics::fleet(known.len(), live);
+    }
+
+    /// The count the fleet goes by: `answered` once it held [`SETTLE`] rounds in a row.
+    fn settle(&self, answered: usize) -> usize {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.push(answered);
+        if seen.len() > SETTLE {
+            seen.remove(0);
+        }
+        let settled = seen.len() == SETTLE && seen.iter().all(|n| *n == answered);
+        if settled {
+            answered
+        } else {
+            self.live.load(Ordering::Relaxed)
+        }
+    }
+
+    /// The name's addresses, within the round's timeout (a failed or empty answer keeps
+    /// what was known; only this replica found is said once: a `dns` that names a
+    /// ClusterIP Service, not the headless one, finds one address).
+    async fn resolve(&self, name: &str) -> Vec<SocketAddr> {
+        let lookup = tokio::net::lookup_host(name);
+        let found = match tokio::time::timeout(self.settings.timeout, lookup).await {
+            Ok(Ok(found)) => {
+                let mut found: Vec<SocketAddr> = found.collect();
+                found.sort();
+                found.dedup();
+                found
+            }
+            Ok(Err(e)) => {
+                log::warn!("fleet: resolving {name} failed: {e}; keeping what was known");
+                return self.lock().clone();
+            }
+            Err(_) => {
+                log::warn!("fleet: resolving {name} took too long; keeping what was known");
+                return self.lock().clone();
+            }
+        };
+        let alone = found.len() <= 1;
+        if alone && !self.alone.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "fleet: {name} names {} address(es): only this replica is known (a headless Service lists every ready pod; a ClusterIP Service gives one address)",
+                found.len()
+            );
+        } else if !alone {
+            self.alone.store(false, Ordering::Relaxed);
+        }
+        if found.is_empty() {
+            return self.lock().clone();
+        }
+        found
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
@@ -134,8 +197,11 @@ mod tests {
         });
         assert_eq!(fleet.live(), 2, "a static list is taken as it is at first");
         fleet.refresh().await;
+        assert_eq!(fleet.live(), 2, "one round is not enough to change it");
+        fleet.refresh().await;
         assert_eq!(fleet.live(), 1);
         drop(up);
+        fleet.refresh().await;
         fleet.refresh().await;
         assert_eq!(fleet.live(), 1, "this replica, at least");
     }

@@ -193,6 +193,9 @@ impl Runtime {
         if let Some(store) = &self.rate_store {
             store.connect();
         }
+        // The fallback gauge is the store in use's (a new one, or none, is not falling back).
+        let falling_back = self.rate_store.as_ref().is_some_and(|s| s.falling_back());
+        crate::metrics::rate_fallback(falling_back);
     }
 
     /// A group for every stdio pool (its member is the group's local address).

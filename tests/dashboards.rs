@@ -62,7 +62,8 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
 
     // Traffic that makes every family appear: a dead member in an unchecked pool (so the
     // requests surely try it: connect failures), a DNS pool under active checks (members,
-    // health, resolutions), a forwarded request, an SSE stream, an edge error.
+    // health, resolutions), a forwarded request (rate-limit decisions), an SSE stream, an
+    // edge error.
     let ok = Mock::start(Behavior::Json).await;
     let sse = Mock::start(Behavior::Sse {
         frames: vec![(Pace::Now, ": hi\n\n".into())],
@@ -73,7 +74,8 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     let edge = start_edge(&format!(
         "[[pools]]\nname = \"main\"\nmembers = [\"{}\", \"{}\"]\n[pools.health]\ncheck = \"none\"\n\n\
          [[pools]]\nname = \"dns\"\ndns = \"localhost:{}\"\ndns_interval_ms = 100\n[pools.health]\ncheck = \"tcp\"\ninterval_ms = 100\n\n\
-         [[routes]]\npath = \"/mcp\"\npool = \"main\"\n\n[[routes]]\npath = \"/sse\"\npool = \"dns\"\n",
+         [[routes]]\npath = \"/mcp\"\npool = \"main\"\n[routes.rate_limit]\nrequests_per_second = 1000\n\n\
+         [[routes]]\npath = \"/sse\"\npool = \"dns\"\n",
         dead.addr,
         ok.addr,
         sse.addr.port()

@@ -42,6 +42,11 @@ struct Fleet {
 
 impl Fleet {
     async fn start(n: usize, member: SocketAddr, store: &str) -> Fleet {
+        Fleet::start_with(n, member, store, "").await
+    }
+
+    /// With `limit` added to the route's `[routes.rate_limit]`.
+    async fn start_with(n: usize, member: SocketAddr, store: &str, limit: &str) -> Fleet {
         let keys = temp_config();
         let key = format!(
             "[[keys]]\nsha256 = \"{}\"\nsubject = \"alice\"\n",
@@ -60,11 +65,11 @@ impl Fleet {
                 "[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\n\
                  [metrics]\naddress = \"127.0.0.1:{admin}\"\n\n\
                  [identity]\napi_keys_file = \"{}\"\n\n\
-                 [fleet]\npeers = [{peers}]\ninterval_ms = 200\n\n{store}\n\
+                 [fleet]\npeers = [{peers}]\ninterval_ms = 200\ntimeout_ms = 100\n\n{store}\n\
                  [[pools]]\nname = \"main\"\nmembers = [\"{member}\"]\n\n\
                  [[routes]]\npath = \"/mcp\"\npool = \"main\"\nauth = \"required\"\n\
                  versions = [\"{MODERN}\"]\n\
-                 [routes.rate_limit]\nrequests_per_second = {RATE}\nburst = {BURST}\n",
+                 [routes.rate_limit]\nrequests_per_second = {RATE}\nburst = {BURST}\n{limit}",
                 keys.display()
             );
             if let Err(e) = mcp_edge::config::Config::parse(&text) {
@@ -227,7 +232,13 @@ async fn the_fleet_admits_the_limit_where_local_buckets_admit_three_times_as_muc
     let fleet = Fleet::start(3, member.addr, &store(&redis)).await;
     let shared = send(&fleet.url(), 3 * RATE, length).await;
     assert!(shared.other.is_empty(), "{:?}", shared.other);
-    let want = allowance(RATE, BURST, shared.elapsed.as_secs_f64());
+    let mut want = allowance(RATE, BURST, shared.elapsed.as_secs_f64());
+    // A decision Redis missed its deadline for (a busy machine) is a replica's share's: the
+    // first of them may add the shares' fresh bursts.
+    let fallback = "mcp_edge_rate_limit_decisions_total{route=\"/mcp\",store=\"fallback\"}";
+    if fleet.sum(fallback).await > 0.0 {
+        want += f64::from(3 * SHARE) / 2.0;
+    }
     let got = f64::from(shared.admitted);
     assert!(
         (got - want).abs() <= want * 0.1,
@@ -315,13 +326,19 @@ async fn redis_killed_and_restarted_mid_run_fails_no_request_and_shared_decision
         f64::from(away.admitted) >= allowance(RATE, 0, away.elapsed.as_secs_f64()) * 0.5,
         "the fallback admits about the limit, not nothing: {away:?}"
     );
-    let logs = fleet.logs();
-    assert_eq!(
-        logs.matches("did not decide").count(),
-        3,
-        "once per replica:\n{logs}"
-    );
-    assert_eq!(logs.matches("decides again").count(), 3, "{logs}");
+    // Said when it began and when it ended, on every replica (an episode on a busy machine
+    // may come and go again: each is said once).
+    for r in &fleet.replicas {
+        let log = r.proc.log_text();
+        let (began, ended) = (
+            log.matches("did not decide").count(),
+            log.matches("decides again").count(),
+        );
+        assert!(
+            began >= 1 && began == ended,
+            "{began} began, {ended} ended:\n{log}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,6 +385,10 @@ async fn rediss_with_a_certificate_made_here_and_a_password_file() {
         password_file.display()
     );
     let fleet = Fleet::start(1, member.addr, &table).await;
+    wait_until(PATIENCE, "the edge connected to Redis", async || {
+        fleet.logs().contains("connected to Redis")
+    })
+    .await;
     let run = send(&fleet.url(), 100, Duration::from_millis(300)).await;
     assert!(run.other.is_empty(), "{:?}", run.other);
     assert!(
@@ -381,4 +402,54 @@ async fn rediss_with_a_certificate_made_here_and_a_password_file() {
         "every decision over TLS:\n{}",
         fleet.logs()
     );
+}
+
+/// A tool's own bucket in Redis: a call its bucket refuses takes nothing from the caller's,
+/// and the 429 names that bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_bucket_in_redis_refuses_alone_and_says_so() {
+    let member = Mock::start(Behavior::Json).await;
+    let redis = Redis::start();
+    let per_tool = "per_tool_requests_per_second = 1\nper_tool_burst = 2\n";
+    let fleet = Fleet::start_with(1, member.addr, &store(&redis), per_tool).await;
+    wait_until(PATIENCE, "the edge connected to Redis", async || {
+        fleet.logs().contains("connected to Redis")
+    })
+    .await;
+    let c = client();
+    let call = |tool: &str| {
+        modern_body(
+            json!(7),
+            "tools/call",
+            json!({"name": tool, "arguments": {}}),
+        )
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let r = modern_request(&c, &fleet.url(), &call("echo"))
+            .bearer_auth("k-alice")
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+        if r.status() == 429 {
+            assert_eq!(r.headers()["ratelimit-limit"], "2", "the tool's bucket");
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(body["error"]["code"], -32023, "{body}");
+            assert_eq!(body["error"]["data"]["limit"], 2, "{body}");
+            let wait = body["error"]["data"]["retryAfterMs"].as_u64().unwrap_or(0);
+            assert!((1..=1000).contains(&wait), "{body}");
+        }
+    }
+    assert_eq!(statuses, [200, 200, 429], "the tool's burst is 2");
+    // The refused call took nothing from alice's own bucket (burst 10): eight calls of other
+    // tools (each bucket of its own) have the eight tokens left.
+    for n in 0..8 {
+        let r = modern_request(&c, &fleet.url(), &call(&format!("t{n}")))
+            .bearer_auth("k-alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "call {n} of another tool");
+    }
 }

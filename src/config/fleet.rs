@@ -41,6 +41,12 @@ pub(super) fn fleet(section: Option<&FleetSection>, errs: &mut Errors) -> Option
             Peers::Static(addrs)
         }
     };
+    if f.timeout_ms >= f.interval_ms {
+        errs.push(format!(
+            "fleet.timeout_ms: {} must be below interval_ms ({})",
+            f.timeout_ms, f.interval_ms
+        ));
+    }
     Some(Arc::new(Fleet::new(Settings {
         peers,
         interval: Duration::from_millis(f.interval_ms.get()),

@@ -4,15 +4,22 @@
 //! reconnects by itself (redis-rs's `ConnectionManager`; never a connection per request).
 //!
 //! - **Keys** are `<prefix>:{<caller>}` and `<prefix>:{<caller>}:t:<tool>`, the caller and tool
-//!   digests of their names (SHA-256, hex): bounded, no identity in Redis, and one hash tag
-//!   per caller, so both keys of a decision live in one slot of a Redis Cluster. The route is
-//!   part of the caller's digest (routes have their own limits).
+//!   digests of their names (SHA-256, hex): bounded, and one hash tag per caller, so both keys
+//!   of a decision live in one slot. The route is part of the caller's digest (routes have
+//!   their own limits). A digest of a guessable name (an IPv4 address, a subject) can be
+//!   found by trying names: treat the Redis as one that knows who called. The edge speaks to
+//!   one Redis endpoint (a primary, or a proxy in front of a cluster); it does not follow a
+//!   Redis Cluster's redirections itself.
 //! - **A deadline** (`decision_timeout_ms`, a few milliseconds): a decision Redis does not give
 //!   in time (down, slow, refusing, not connected yet) is `None`, and the caller decides with
 //!   its local buckets sized by the fleet ([`super::RateLimit::fallback`]). That starts an
 //!   episode, logged once and shown by `mcp_edge_rate_limit_fallback`: while it lasts, requests
 //!   go to the local buckets at once, and one request every [`PROBE_EVERY`] asks Redis again;
-//!   the first answer ends it (logged once).
+//!   two answers in a row end it (logged once). An episode that lasts gets a new connection
+//!   every few seconds (a connection that went silent is not given up by the client on its
+//!   own), and a vanished Redis ends the connection within `TCP_USER_TIMEOUT`.
+//! - A decision that missed its deadline may still be taken in Redis later: the caller was
+//!   then counted twice (there and locally), which errs on the side of the limit.
 //! - Redis's own clock decides (`TIME` in the script): replicas' clocks need not agree.
 
 use std::num::NonZeroU32;
@@ -65,14 +72,32 @@ pub fn redact(url: &str) -> String {
 /// The shared store: one connection (made lazily, on a runtime of its own), the episode.
 pub struct Store {
     pub settings: Settings,
-    connection: ConnectionManager,
+    client: redis::Client,
+    /// The connection; replaced when an episode lasts (a connection that went silent is
+    /// never given up by the client itself: a timeout is not a dropped connection).
+    connection: Mutex<ConnectionManager>,
     /// Deciding locally since Redis did not (an episode).
     falling_back: AtomicBool,
     /// While falling back: when (ms since [`EPOCH`]) a request may ask Redis again.
     next_probe: AtomicU64,
+    /// When the episode began, and when the connection was last replaced (ms).
+    episode_began: AtomicU64,
+    replaced: AtomicU64,
+    /// Answers in a row since the last failure (an episode ends after [`ANSWERS_TO_END`]).
+    answers: AtomicU64,
     /// Why the episode began (logged once when it ends too).
     why: Mutex<String>,
 }
+
+/// Answers in a row that end an episode: one lucky answer from a Redis on the edge of the
+/// deadline does not flip the replicas back and forth.
+const ANSWERS_TO_END: u64 = 2;
+/// How long an episode lasts before the connection is replaced by a new one (and again
+/// after as long).
+const REPLACE_AFTER: Duration = Duration::from_secs(5);
+/// Unacknowledged bytes on the connection for this long end it (`TCP_USER_TIMEOUT`): a
+/// Redis that vanished is noticed in seconds, not after the kernel's retransmissions.
+const USER_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,8 +113,12 @@ fn now_ms() -> u64 {
     u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The runtime the connection lives on (its reader and its reconnects), apart from Pingora's
-/// services, so that it outlives any of them.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The runtime the connection lives on (its reader, its reconnects, the decisions' round
+/// trips), apart from Pingora's services, so that it outlives any of them.
 fn runtime() -> Option<&'static tokio::runtime::Runtime> {
     static RT: LazyLock<Option<tokio::runtime::Runtime>> = LazyLock::new(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -104,15 +133,21 @@ fn runtime() -> Option<&'static tokio::runtime::Runtime> {
 }
 
 impl Store {
-    /// The store for `settings`; nothing is connected yet (the first decision connects).
+    /// The store for `settings`; nothing is connected yet ([`Store::connect`] does).
     pub fn new(settings: Settings) -> Result<Store, String> {
+        let failed = |e: redis::RedisError| format!("{}: {e}", redact(&settings.url));
         let mut info: redis::ConnectionInfo =
             redis::IntoConnectionInfo::into_connection_info(settings.url.as_str())
-                .map_err(|e| format!("{}: {e}", redact(&settings.url)))?;
+                .map_err(failed)?;
         if let Some(p) = &settings.password {
             let redis = info.redis_settings().clone().set_password(p);
             info = info.set_redis_settings(redis);
         }
+        // No Nagle delay inside a deadline of milliseconds.
+        let tcp = redis::io::tcp::TcpSettings::default()
+            .set_nodelay(true)
+            .set_user_timeout(USER_TIMEOUT);
+        info = info.set_tcp_settings(tcp);
         let client = match &settings.ca {
             Some(ca) => redis::Client::build_with_tls(
                 info,
@@ -123,43 +158,66 @@ impl Store {
             ),
             None => redis::Client::open(info),
         }
-        .map_err(|e| format!("{}: {e}", redact(&settings.url)))?;
-        // Bounded waits everywhere: a stalled Redis fails a request, then is reconnected.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(usize::MAX);
-        let rt = runtime().ok_or("no runtime for the Redis connection")?;
-        let _entered = rt.enter();
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("{}: {e}", redact(&settings.url)))?;
+        .map_err(failed)?;
+        let connection = manager(&client).map_err(failed)?;
         Ok(Store {
             settings,
-            connection,
+            client,
+            connection: Mutex::new(connection),
             falling_back: AtomicBool::new(false),
             next_probe: AtomicU64::new(0),
+            episode_began: AtomicU64::new(0),
+            replaced: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
             why: Mutex::new(String::new()),
         })
     }
 
-    /// Connect now (in the background), so the first decision does not wait for the
-    /// connection: a `PING` on the store's own runtime. Again is harmless.
+    /// Whether replicas decide locally now (the gauge follows the store in use).
+    pub fn falling_back(&self) -> bool {
+        self.falling_back.load(Ordering::Relaxed)
+    }
+
+    /// Connect now, in the background, so the first decision does not wait for the
+    /// connection, and say how it went (a wrong password or CA is logged here, once).
     pub fn connect(&self) {
         let Some(rt) = runtime() else { return };
-        let mut connection = self.connection.clone();
+        let client = self.client.clone();
         let url = redact(&self.settings.url);
+        let mut connection = self.current();
         rt.spawn(async move {
-            let ping: redis::RedisResult<String> =
-                redis::cmd("PING").query_async(&mut connection).await;
-            match ping {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(2)));
+            let tried = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await;
+            let mut probe = match tried {
+                Ok(c) => c,
+                Err(e) => {
+                    return log::warn!(
+                        "rate limits: cannot connect to Redis at {url} ({e}); deciding locally until it answers"
+                    );
+                }
+            };
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut probe).await;
+            match pong {
                 Ok(_) => log::info!("rate limits: connected to Redis at {url}"),
                 Err(e) => log::warn!(
-                    "rate limits: Redis at {url} does not answer yet ({e}); deciding locally until it does"
+                    "rate limits: Redis at {url} refuses ({e}); deciding locally until it answers"
                 ),
             }
+            // The shared connection is made now too (its first use would make it).
+            let _: redis::RedisResult<String> =
+                redis::cmd("PING").query_async(&mut connection).await;
         });
+    }
+
+    fn current(&self) -> ConnectionManager {
+        self.connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Take from the caller's buckets in Redis; `None` when Redis does not decide within the
@@ -171,44 +229,45 @@ impl Store {
         caller: &str,
         tool: Option<&str>,
     ) -> Option<Result<(), Limited>> {
-        if self.falling_back.load(Ordering::Relaxed) {
-            let now = now_ms();
-            let due = self.next_probe.load(Ordering::Relaxed);
-            let next = now + u64::try_from(PROBE_EVERY.as_millis()).unwrap_or(250);
-            if now < due
-                || self
-                    .next_probe
-                    .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-            {
-                return None;
-            }
+        if self.falling_back() && !self.probe_turn() {
+            return None;
         }
         let keys = Keys::new(&self.settings.prefix, route, caller, tool);
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation.key(&keys.caller);
-        let (interval, burst) = (interval_us(settings.per_second), settings.burst.get());
-        invocation.arg(interval).arg(burst);
-        if let (Some(tool_key), Some((rate, burst))) = (&keys.tool, settings.per_tool) {
-            invocation
-                .key(tool_key)
-                .arg(interval_us(rate))
-                .arg(burst.get());
-        }
-        let mut connection = self.connection.clone();
+        let caller_args = (interval_us(settings.per_second), settings.burst.get());
+        let tool_args = settings.per_tool.map(|(r, b)| (interval_us(r), b.get()));
+        let mut connection = self.current();
         let started = Instant::now();
-        let asked = invocation.invoke_async::<Vec<i64>>(&mut connection);
+        // The round trip runs on the store's runtime: the connection's reconnects stay
+        // there, whatever runtime this request is on.
+        let rt = runtime()?;
+        let asked = rt.spawn(async move {
+            let mut invocation = SCRIPT.prepare_invoke();
+            invocation
+                .key(&keys.caller)
+                .arg(caller_args.0)
+                .arg(caller_args.1);
+            if let (Some(tool_key), Some((interval, burst))) = (&keys.tool, tool_args) {
+                invocation.key(tool_key).arg(interval).arg(burst);
+            }
+            invocation.invoke_async::<Vec<i64>>(&mut connection).await
+        });
+        let abort = asked.abort_handle();
         match tokio::time::timeout(self.settings.timeout, asked).await {
-            Ok(Ok(answer)) => {
+            Ok(Ok(Ok(answer))) => {
                 metrics::rate_store_seconds(started.elapsed());
                 self.answered();
                 read(&answer)
             }
-            Ok(Err(e)) => {
+            Ok(Ok(Err(e))) => {
                 self.fell_back(&e.to_string());
                 None
             }
+            Ok(Err(e)) => {
+                self.fell_back(&format!("the decision's task failed: {e}"));
+                None
+            }
             Err(_) => {
+                abort.abort();
                 self.fell_back(&format!(
                     "no answer within {} ms",
                     self.settings.timeout.as_millis()
@@ -218,35 +277,93 @@ impl Store {
         }
     }
 
-    /// Redis decided: an episode of local decisions, if one was on, is over.
-    fn answered(&self) {
-        if self.falling_back.swap(false, Ordering::Relaxed) {
-            metrics::rate_fallback(false);
-            let why = std::mem::take(&mut *self.lock_why());
-            log::info!(
-                "rate limits: Redis at {} decides again (it had not: {why}); limits hold across the fleet",
-                redact(&self.settings.url)
-            );
-        }
+    /// While falling back: one request every [`PROBE_EVERY`] asks Redis.
+    fn probe_turn(&self) -> bool {
+        let now = now_ms();
+        let due = self.next_probe.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .next_probe
+                .compare_exchange(
+                    due,
+                    now + ms(PROBE_EVERY),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
-    /// Redis did not decide: an episode starts (logged once), unless one is on.
+    /// Redis decided: an episode of local decisions, if one was on, is over once it has
+    /// answered [`ANSWERS_TO_END`] times in a row.
+    fn answered(&self) {
+        let answers = self.answers.fetch_add(1, Ordering::Relaxed) + 1;
+        if answers < ANSWERS_TO_END || !self.falling_back.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        metrics::rate_fallback(false);
+        let why = std::mem::take(&mut *self.lock_why());
+        log::info!(
+            "rate limits: Redis at {} decides again (it had not: {why}); limits hold across the fleet",
+            redact(&self.settings.url)
+        );
+    }
+
+    /// Redis did not decide: an episode starts (logged once), unless one is on; one that
+    /// lasts gets a new connection.
     fn fell_back(&self, why: &str) {
-        let next = now_ms() + u64::try_from(PROBE_EVERY.as_millis()).unwrap_or(250);
-        self.next_probe.store(next, Ordering::Relaxed);
+        self.answers.store(0, Ordering::Relaxed);
+        let now = now_ms();
+        self.next_probe
+            .store(now + ms(PROBE_EVERY), Ordering::Relaxed);
         if !self.falling_back.swap(true, Ordering::Relaxed) {
+            self.episode_began.store(now, Ordering::Relaxed);
             metrics::rate_fallback(true);
             *self.lock_why() = why.to_string();
             log::warn!(
                 "rate limits: Redis at {} did not decide ({why}); each replica decides locally with its share of each limit (the limit divided by the live replicas it knows) until Redis answers again",
                 redact(&self.settings.url)
             );
+            return;
+        }
+        let since = now.saturating_sub(self.episode_began.load(Ordering::Relaxed));
+        let last = self.replaced.load(Ordering::Relaxed);
+        if since >= ms(REPLACE_AFTER) && now.saturating_sub(last) >= ms(REPLACE_AFTER) {
+            self.replaced.store(now, Ordering::Relaxed);
+            match manager(&self.client) {
+                Ok(fresh) => {
+                    *self.connection.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+                    log::info!(
+                        "rate limits: Redis at {} has not decided for {} s; trying a new connection",
+                        redact(&self.settings.url),
+                        since / 1000
+                    );
+                }
+                Err(e) => log::warn!("rate limits: a new Redis connection: {e}"),
+            }
         }
     }
 
     fn lock_why(&self) -> std::sync::MutexGuard<'_, String> {
         self.why.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A lazy, reconnecting connection on the store's runtime, every wait bounded.
+fn manager(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(1)))
+        .set_min_delay(Duration::from_millis(100))
+        .set_max_delay(Duration::from_secs(2))
+        .set_number_of_retries(5);
+    let rt = runtime().ok_or_else(|| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "no runtime for the Redis connection",
+        ))
+    })?;
+    let _entered = rt.enter();
+    ConnectionManager::new_lazy_with_config(client.clone(), config)
 }
 
 /// The script's answer: `{allowed, retry after (us), burst, remaining}`.
