@@ -29,6 +29,11 @@ use super::tree::{self, Scope};
 use super::Spec;
 use crate::metrics::{self, StdioStop};
 
+/// The edge's environment variables a process gets (as the MCP SDKs' stdio clients pass).
+pub const PASSED_ENV: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR",
+];
+
 /// Servers started and not reaped yet: what [`reap_orphans`] leaves alone, and what
 /// [`close`] stops. `None` once the edge is stopping: no process starts after that.
 static HELD: Mutex<Option<BTreeMap<u32, Weak<Child>>>> = Mutex::new(Some(BTreeMap::new()));
@@ -216,7 +221,7 @@ fn command(
             c
         }
     };
-    let passed = super::process::PASSED_ENV
+    let passed = PASSED_ENV
         .iter()
         .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
     let env = spec.env.iter().map(|(k, v)| (k.clone(), vars.fill(v)));

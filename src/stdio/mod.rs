@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 mod answers;
 pub mod calls;
-mod child;
+pub mod child;
 mod exchange;
 pub mod group;
 pub mod launcher;

@@ -8,7 +8,7 @@
 //! - When the process can answer nothing more (it exited, closed its stdout, or was given
 //!   up as hung or over its memory), every request still waiting learns it at once. The
 //!   process itself, and everything it started, is stopped by its [`Child`].
-//! - It gets only a small part of the edge's environment ([`PASSED_ENV`]) plus the pool's
+//! - It gets only a small part of the edge's environment ([`super::child::PASSED_ENV`]) plus the pool's
 //!   `env`: the edge's own secrets (a key ring in `keys_env`, say) never reach it.
 //! - What waits to be written to its stdin is bounded in bytes ([`MAX_QUEUED`]); over it a
 //!   request is refused as busy, never queued.
@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use super::calls::{Call, CallError, Calls, Out, Serves};
 use super::child::{self, Cause, Child};
 use super::scratch::Place;
+use super::stderr::clip;
 use super::Spec;
 use crate::mcp::jsonrpc;
 use crate::mcp::message::Message;
@@ -31,10 +32,6 @@ use crate::mcp::message::Message;
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
 /// Bytes waiting for the process's stdin at most (a line alone may be longer).
 pub const MAX_QUEUED: usize = 8 * 1024 * 1024;
-/// The edge's environment variables a process gets (as the MCP SDKs' stdio clients pass).
-pub const PASSED_ENV: &[&str] = &[
-    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR",
-];
 
 /// What the process said at `initialize`.
 #[derive(Debug, Clone)]
@@ -133,7 +130,6 @@ impl Proc {
             let _ = closed_tx.send(true);
         });
         tokio::spawn(wait(proc.clone(), spec.stop_grace));
-        tokio::spawn(super::watchdog::watch(proc.clone(), spec.clone()));
         Ok(proc)
     }
 
@@ -421,12 +417,5 @@ async fn wait(proc: Arc<Proc>, grace: Duration) {
         .is_err()
     {
         proc.fail_pending(false);
-    }
-}
-
-pub(super) fn clip(text: &str) -> &str {
-    match text.char_indices().nth(2000) {
-        Some((at, _)) => &text[..at],
-        None => text,
     }
 }

@@ -64,7 +64,7 @@ pub async fn log(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32, 
                 // What is logged is what counts: a long line is cut (`clip`) first, and
                 // every line pays for its head.
                 let text = String::from_utf8_lossy(&line);
-                let text = super::process::clip(text.trim_end());
+                let text = clip(text.trim_end());
                 if bound.take(text.len() + LINE_COST, now) {
                     log::info!("stdio {pool}[{pid}]: {text}");
                     continue;
@@ -85,6 +85,14 @@ pub async fn log(stderr: tokio::process::ChildStderr, pool: Arc<str>, pid: u32, 
         log::warn!(
             "stdio {pool}[{pid}]: {dropped} stderr bytes dropped (over stderr_bytes_per_second)"
         );
+    }
+}
+
+/// At most 2,000 characters of a line for the log.
+pub(super) fn clip(text: &str) -> &str {
+    match text.char_indices().nth(2000) {
+        Some((at, _)) => &text[..at],
+        None => text,
     }
 }
 

@@ -65,7 +65,12 @@ impl Group {
         let private = owner.is_some() || self.spec.isolation == Isolation::PerPrincipal;
         let serves = Serves { private, owner };
         let started = match Proc::spawn(&self.spec, self.name.clone(), serves, &place) {
-            Ok(p) => p,
+            Ok(p) => {
+                // Watched from the start: its memory at once, its answers once initialised.
+                self.handle
+                    .spawn(super::watchdog::watch(p.clone(), self.spec.clone()));
+                p
+            }
             Err(e) => {
                 self.failed(on_demand, &format!("cannot start: {e}"));
                 return Err(StartError {

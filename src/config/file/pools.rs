@@ -25,7 +25,7 @@ pub struct PoolSection {
     /// A stdio server the edge runs (instead of `members` or `dns`): program and arguments.
     pub command: Option<Vec<String>>,
     /// Environment for `command`: these, plus a few of the edge's own
-    /// ([`crate::stdio::process::PASSED_ENV`]); nothing else of the edge's.
+    /// ([`crate::stdio::child::PASSED_ENV`]); nothing else of the edge's.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
     /// Working directory for `command`; default: the edge's.
