@@ -21,6 +21,8 @@ import shutil
 import statistics
 import sys
 
+import tracing
+
 CONNS = 64
 CONFIGS = ("local", "redis")
 # Far above what the bench sends: every request passes and is still decided.
@@ -36,21 +38,6 @@ def start_redis(h):
     return port, proc
 
 
-def start_edge(h, d, name, upstream, keys, store):
-    port, admin = h.free_port(), h.free_port()
-    conf = os.path.join(d, f"edge-{name}.toml")
-    with open(conf, "w") as f:
-        f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{port}"\n
-[metrics]\naddress = "127.0.0.1:{admin}"\n\n[sessions]\nkeys_file = "{keys}"\n{store}
-[[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
-[[routes]]\npath = "/mcp"\npool = "bench"\n[routes.rate_limit]\nrequests_per_second = {LIMIT}\nburst = {LIMIT}\n""")
-    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
-    proc = h.start([os.path.join(h.REL, "mcp-edge"), "--config", conf], env=env)
-    h.wait_port(port)
-    h.wait_port(admin)
-    return port, admin, proc
-
-
 def run(h, work, upstream):
     d = os.path.join(work, "ratelimit")
     os.makedirs(d)
@@ -58,8 +45,9 @@ def run(h, work, upstream):
     with open(keys, "w") as f:
         f.write("1:" + __import__("base64").b64encode(os.urandom(32)).decode() + "\n")
     redis_port, redis = start_redis(h)
+    limit = f"[routes.rate_limit]\nrequests_per_second = {LIMIT}\nburst = {LIMIT}\n"
     stores = {"local": "", "redis": f'\n[rate_limits]\nredis = "redis://127.0.0.1:{redis_port}/0"\n'}
-    edges = {n: start_edge(h, d, n, upstream, keys, stores[n]) for n in CONFIGS}
+    edges = {n: tracing.start_edge(h, d, n, upstream, keys, limit + stores[n]) for n in CONFIGS}
     script = h.lua(os.path.join(d, "call.lua"), h.CALL,
                    {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"})
     runs = {n: [] for n in CONFIGS}

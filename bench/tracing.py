@@ -66,14 +66,16 @@ def refusing_port():
     return s, s.getsockname()[1]
 
 
-def start_edge(h, d, name, upstream, keys, tracing):
+def start_edge(h, d, name, upstream, keys, extra):
+    """An edge on the bench's production defaults in front of `upstream`, its route `/mcp`
+    followed by `extra` (tables of the route, then others: `[tracing]`, `[rate_limits]`)."""
     port, admin = h.free_port(), h.free_port()
     conf = os.path.join(d, f"edge-{name.replace(' ', '-')}.toml")
     with open(conf, "w") as f:
         f.write(f"""[server]\nthreads = 1\n\n[[listeners]]\naddress = "127.0.0.1:{port}"\n
 [metrics]\naddress = "127.0.0.1:{admin}"\n\n[sessions]\nkeys_file = "{keys}"\n
 [[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
-[[routes]]\npath = "/mcp"\npool = "bench"\n{tracing}""")
+[[routes]]\npath = "/mcp"\npool = "bench"\n{extra}""")
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     # The access log goes to the edge's stderr: a file (bench.start), as under a container runtime.
     proc = h.start([os.path.join(h.REL, "mcp-edge"), "--config", conf], env=env)

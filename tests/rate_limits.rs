@@ -99,7 +99,7 @@ impl Fleet {
         wait_until(PATIENCE, "every replica sees the others live", async || {
             let mut all = true;
             for r in &fleet.replicas {
-                all &= metric(r.admin, live).await == n as f64;
+                all &= metric_at(r.admin, live).await == n as f64;
             }
             all
         })
@@ -115,7 +115,7 @@ impl Fleet {
     async fn sum(&self, series: &str) -> f64 {
         let mut total = 0.0;
         for r in &self.replicas {
-            total += metric(r.admin, series).await;
+            total += metric_at(r.admin, series).await;
         }
         total
     }
@@ -127,22 +127,6 @@ impl Fleet {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-async fn scrape(admin: u16) -> String {
-    let url = format!("http://127.0.0.1:{admin}/metrics");
-    match client().get(url).send().await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    }
-}
-
-async fn metric(admin: u16, series: &str) -> f64 {
-    scrape(admin)
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// What a run of requests got.

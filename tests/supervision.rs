@@ -162,26 +162,6 @@ async fn pid_of(url: &str, who: Option<&str>) -> u32 {
     text_of(&v).parse().unwrap_or_else(|_| panic!("a pid: {v}"))
 }
 
-async fn scrape(metrics: u16) -> String {
-    let url = format!("http://127.0.0.1:{metrics}/metrics");
-    client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-async fn metric(metrics: u16, series: &str) -> f64 {
-    scrape(metrics)
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helper_that_ignores_sigterm_goes_with_its_server_on_every_path() {
     let (killed, reaped, dropped, ended, drained) = (
@@ -359,9 +339,9 @@ async fn a_hung_server_is_noticed_its_callers_answered_and_it_is_restarted() {
     }
     let hung = "mcp_edge_stdio_stops_total{how=\"hung\",pool=\"frozen\"}";
     assert!(
-        metric(metrics, hung).await >= 1.0,
+        metric_at(metrics, hung).await >= 1.0,
         "{}",
-        scrape(metrics).await
+        scrape_at(metrics).await
     );
     let log = edge.log_text();
     assert!(log.contains("did not answer a ping"), "{log}");
@@ -402,10 +382,10 @@ async fn a_process_over_its_memory_limit_is_restarted_and_the_others_are_not() {
     );
     let limit = "mcp_edge_stdio_stops_total{how=\"memory_limit\",pool=\"mem\"}";
     assert_eq!(
-        metric(metrics, limit).await,
+        metric_at(metrics, limit).await,
         1.0,
         "{}",
-        scrape(metrics).await
+        scrape_at(metrics).await
     );
     assert!(
         edge.log_text().contains("over its memory limit"),
@@ -431,7 +411,7 @@ async fn a_stderr_flood_does_not_grow_the_log_past_its_bound() {
     assert_eq!(status, 200, "{v}");
     let dropped = "mcp_edge_stdio_stderr_dropped_bytes_total{pool=\"loud\"}";
     wait_until(PATIENCE, "the dropped bytes counted", async || {
-        metric(metrics, dropped).await > 1_000_000.0
+        metric_at(metrics, dropped).await > 1_000_000.0
     })
     .await;
     let logged = edge.log_text().len() - before;
@@ -551,7 +531,7 @@ async fn the_launcher_sets_open_files_and_cpu_time_and_a_cpu_limit_is_counted() 
     );
     let counted = "mcp_edge_stdio_stops_total{how=\"cpu_limit\",pool=\"cpu\"}";
     wait_until(PATIENCE, "the CPU limit counted", async || {
-        metric(metrics, counted).await == 1.0
+        metric_at(metrics, counted).await == 1.0
     })
     .await;
     assert!(edge.log_text().contains("cpu_seconds_limit"));

@@ -348,19 +348,27 @@ pub async fn proxied(edge: &Edge) -> f64 {
 
 /// The edge's whole Prometheus scrape.
 pub async fn scrape(edge: &Edge) -> String {
-    client()
-        .get(edge.metrics_url())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    scrape_at(edge.metrics_port).await
+}
+
+/// The whole Prometheus scrape of the admin listener on `port` (an edge process's); empty
+/// when it does not answer.
+pub async fn scrape_at(port: u16) -> String {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    match client().get(url).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
 }
 
 /// Current value of a counter/gauge sample line in a Prometheus scrape (0 when absent).
 pub async fn metric(edge: &Edge, name_and_labels: &str) -> f64 {
-    scrape(edge)
+    metric_at(edge.metrics_port, name_and_labels).await
+}
+
+/// [`metric`] of the admin listener on `port`.
+pub async fn metric_at(port: u16, name_and_labels: &str) -> f64 {
+    scrape_at(port)
         .await
         .lines()
         .find_map(|l| {
