@@ -394,7 +394,9 @@ def patch(pattern, repl, what):
         sys.exit(f"configmap.yaml: expected one {what}, found {n}: update scripts/check-image.sh")
 patch(r'(\[\[listeners\]\]\s*\naddress = )"[^"]*"', rf'\1"127.0.0.1:{mcp}"', "[[listeners]] address")
 patch(r'(\[metrics\]\s*\naddress = )"[^"]*"', rf'\1"127.0.0.1:{admin}"', "[metrics] address")
-patch(r'^(dns = )"[^"]*"', rf'\1"127.0.0.1:{up}"', "pool dns")
+patch(r'(\[\[pools\]\][^\[]*?^dns = )"[^"]*"', rf'\1"127.0.0.1:{up}"', "pool dns")
+# The replicas' headless Service is the cluster's; here the one replica is itself.
+patch(r'(\[fleet\][^\[]*?^dns = )"[^"]*"', rf'\1"127.0.0.1:{admin}"', "[fleet] dns")
 if 'keys_file = "/etc/mcp-edge/keys/session-keys"' not in text:
     sys.exit("configmap.yaml: keys_file is not /etc/mcp-edge/keys/session-keys any more")
 open(dst, "w").write(text)

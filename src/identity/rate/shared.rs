@@ -400,7 +400,10 @@ impl Keys {
                 ctx.update(p.as_bytes());
                 ctx.update(b"\0");
             }
-            crate::stdio::hex(&ctx.finish().as_ref()[..16])
+            ctx.finish().as_ref()[..16]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         };
         let caller = format!("{prefix}:{{{}}}", digest(&[route, caller]));
         let tool = tool.map(|t| format!("{caller}:t:{}", digest(&[t])));
