@@ -35,28 +35,32 @@ pub const PASSED_ENV: &[&str] = &[
 ];
 
 /// Servers started and not reaped yet: what [`reap_orphans`] leaves alone, and what
-/// [`close`] stops. `None` once the edge is stopping: no process starts after that.
-static HELD: Mutex<Option<BTreeMap<u32, Weak<Child>>>> = Mutex::new(Some(BTreeMap::new()));
+/// [`close`] stops.
+static HELD: Mutex<Held> = Mutex::new(Held {
+    servers: BTreeMap::new(),
+    closed: false,
+});
 
-fn held() -> MutexGuard<'static, Option<BTreeMap<u32, Weak<Child>>>> {
+struct Held {
+    servers: BTreeMap<u32, Weak<Child>>,
+    /// The edge is stopping: no process starts after that.
+    closed: bool,
+}
+
+fn held() -> MutexGuard<'static, Held> {
     HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The edge is stopping: no process starts from now on; every one not reaped yet.
 pub(super) fn close() -> Vec<Arc<Child>> {
-    held()
-        .take()
-        .unwrap_or_default()
-        .values()
-        .filter_map(Weak::upgrade)
-        .collect()
+    let mut held = held();
+    held.closed = true;
+    held.servers.values().filter_map(Weak::upgrade).collect()
 }
 
 /// The server `pid` is reaped (or about to be): it is no longer held.
 pub(super) fn release(pid: u32) {
-    if let Some(h) = held().as_mut() {
-        h.remove(&pid);
-    }
+    held().servers.remove(&pid);
 }
 
 /// Reap, once a second, the zombies that are the edge's children but no server it holds:
@@ -70,7 +74,7 @@ pub(super) async fn reap_orphans() {
             .unwrap_or_default();
         let held = held();
         for pid in zombies {
-            if !held.as_ref().is_some_and(|h| h.contains_key(&pid)) {
+            if !held.servers.contains_key(&pid) {
                 tree::reap(pid);
             }
         }
@@ -151,9 +155,9 @@ pub fn spawn(spec: &Spec, pool: &Arc<str>, place: &Place) -> std::io::Result<(Ar
     let mut command = command(spec, place, scratch.as_ref())?;
     // Registered under the lock the orphan reaper takes, so it never reaps this server.
     let mut held = held();
-    let Some(registry) = held.as_mut() else {
+    if held.closed {
         return Err(std::io::Error::other("the edge is stopping"));
-    };
+    }
     // A std child, not tokio's: tokio reaps the children it knows of, and this one must
     // not be reaped before its session is empty.
     let mut child = command.spawn()?;
@@ -186,7 +190,7 @@ pub fn spawn(spec: &Spec, pool: &Arc<str>, place: &Place) -> std::io::Result<(Ar
         scratch,
         counted: AtomicI64::new(0),
     });
-    registry.insert(pid, Arc::downgrade(&child));
+    held.servers.insert(pid, Arc::downgrade(&child));
     drop(held);
     child.count(1);
     Ok((child, pipes))
