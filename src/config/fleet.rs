@@ -21,10 +21,7 @@ pub(super) fn fleet(section: Option<&FleetSection>, errs: &mut Errors) -> Option
             return None;
         }
         (Some(name), true) => {
-            let host_port = name
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !host_port {
+            if !super::pools::is_host_port(name) {
                 errs.push(format!("fleet.dns: '{name}' must be host:port"));
                 return None;
             }

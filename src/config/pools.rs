@@ -81,10 +81,7 @@ fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
             None
         }
         (Some(name), true) => {
-            let host_port = name
-                .rsplit_once(':')
-                .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok());
-            if !host_port {
+            if !is_host_port(name) {
                 errs.push(format!("pools[{i}].dns: '{name}' must be host:port"));
             }
             Some(Source::Dns {
@@ -250,4 +247,11 @@ fn stdio_source(
         cpu_seconds_limit: p.cpu_seconds_limit.map(NonZeroU64::get),
         stderr_bytes_per_second: p.stderr_bytes_per_second.get(),
     })))
+}
+
+/// `host:port` with a host and a port number (a name to re-resolve: `[[pools]] dns`,
+/// `[fleet] dns`).
+pub(super) fn is_host_port(name: &str) -> bool {
+    name.rsplit_once(':')
+        .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok())
 }
