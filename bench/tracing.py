@@ -66,9 +66,10 @@ def refusing_port():
     return s, s.getsockname()[1]
 
 
-def start_edge(h, d, name, upstream, keys, extra):
-    """An edge on the bench's production defaults in front of `upstream`, its route `/mcp`
-    followed by `extra` (tables of the route, then others: `[tracing]`, `[rate_limits]`)."""
+def edge_command(h, d, name, upstream, keys, extra):
+    """The command line, environment and ports of an edge on the bench's production defaults
+    in front of `upstream`, its route `/mcp` followed by `extra` (tables of the route, then
+    others: `[tracing]`, `[rate_limits]`)."""
     port, admin = h.free_port(), h.free_port()
     conf = os.path.join(d, f"edge-{name.replace(' ', '-')}.toml")
     with open(conf, "w") as f:
@@ -77,8 +78,14 @@ def start_edge(h, d, name, upstream, keys, extra):
 [[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
 [[routes]]\npath = "/mcp"\npool = "bench"\n{extra}""")
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    return [os.path.join(h.REL, "mcp-edge"), "--config", conf], env, port, admin
+
+
+def start_edge(h, d, name, upstream, keys, extra):
+    """An edge as `edge_command` says, started: its port, admin port and process."""
+    cmd, env, port, admin = edge_command(h, d, name, upstream, keys, extra)
     # The access log goes to the edge's stderr: a file (bench.start), as under a container runtime.
-    proc = h.start([os.path.join(h.REL, "mcp-edge"), "--config", conf], env=env)
+    proc = h.start(cmd, env=env)
     h.wait_port(port)
     h.wait_port(admin)
     return port, admin, proc
@@ -114,7 +121,17 @@ def run(h, work, upstream):
     if spans["collector down"]["exported"] > 0 or spans["collector down"]["dropped"] == 0:
         sys.exit(f"tracing bench: the edge with its collector down did not drop its spans: {spans['collector down']}")
     held.close()
-    return {"runs": out, "spans": spans}
+    counted = None
+    if not h.QUICK:
+        # The steady figure: instructions per request off and on (all threads, the export's
+        # included), under callgrind one after the other (bench/instructions.py).
+        import instructions
+        counted = {}
+        for n in ("off", "on"):
+            cmd, env, port, _ = edge_command(h, d, f"callgrind-{n}", upstream, keys, tracing[n])
+            counted[n] = instructions.measure(h, d, f"tracing-{n}", (cmd, {"env": env}, port),
+                                              f"http://127.0.0.1:{port}/mcp", script)["per_request"]
+    return {"runs": out, "spans": spans, "instructions": counted}
 
 
 def block(r):
@@ -129,4 +146,9 @@ def block(r):
         x = runs[n]
         lines.append(f"| {n} | {x['rps']:.0f} | {x['p99']:.0f} | {x['cpu_us']:.1f} | {x['rps'] / off['rps']:.2f}× "
                      f"| {x['cpu_us'] - off['cpu_us']:+.1f} | {spans[n]['exported']:.0f}, {spans[n]['dropped']:.0f} |")
+    counted = r.get("instructions")
+    if counted:
+        lines += ["", f"Instructions per request under callgrind (bench/instructions.py's run, all threads): "
+                  f"off {counted['off']:,.0f}, on {counted['on']:,.0f} "
+                  f"({counted['on'] / counted['off']:.2f}×, +{counted['on'] - counted['off']:,.0f})."]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::edge_process::{spawn, temp_config, Proc};
+use common::edge_process::{spawn, spawn_with, temp_config, Proc};
 use common::mock::{Behavior, Mock, Pace};
 use common::otlp::{attr, one, trace_id, Collector};
 use common::peers::{dir, ts_server_traced};
@@ -46,7 +46,16 @@ impl Traced {
             panic!("test config invalid: {e:?}\n{text}");
         }
         std::fs::write(&path, text).unwrap();
-        let proc = spawn(&path, port);
+        // The resource from the environment (the Downward API's, and the SDKs' variable, whose
+        // `service.name` loses to the edge's own).
+        let env = [
+            ("POD_NAME", "mcp-edge-7f9c-x2"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment.name=test%20env,service.name=not-this",
+            ),
+        ];
+        let proc = spawn_with(&path, port, &env);
         wait_listening(([127, 0, 0, 1], trusted).into());
         wait_listening(([127, 0, 0, 1], metrics).into());
         Traced {
@@ -219,10 +228,13 @@ async fn one_tool_call_is_one_trace_from_the_client_through_the_edge_to_the_serv
             ("server.port", json!(server.addr.port())),
         ],
     );
-    assert_eq!(
-        server_span["resource"]["service.version"],
-        env!("CARGO_PKG_VERSION")
-    );
+    let resource = &server_span["resource"];
+    assert_eq!(resource["service.version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(resource["service.name"], "mcp-edge", "{resource}");
+    assert_eq!(resource["k8s.pod.name"], "mcp-edge-7f9c-x2");
+    assert_eq!(resource["service.instance.id"], "mcp-edge-7f9c-x2");
+    assert_eq!(resource["deployment.environment.name"], "test env");
+    assert_eq!(resource["telemetry.sdk.language"], "rust");
 
     // The access log names the same trace and span.
     let line = edge.line_of(&trace).await;

@@ -1,7 +1,7 @@
 //! A batch of spans as an OTLP/HTTP export body: the protobuf `ExportTraceServiceRequest` of
 //! the OpenTelemetry protocol (`opentelemetry/proto/collector/trace/v1/trace_service.proto`
 //! and the `trace`, `common` and `resource` messages it holds), written straight from the
-//! SDK's [`SpanData`].
+//! edge's own [`Span`]s.
 //!
 //! Why not `opentelemetry-otlp`'s exporter: it converts every span into owned protobuf
 //! structs first (the `opentelemetry-proto` types: a `String` per attribute key and value),
@@ -13,10 +13,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanId, SpanKind, Status};
-use opentelemetry::{Array, KeyValue, Value};
-use opentelemetry_sdk::trace::SpanData;
-use opentelemetry_sdk::Resource;
+use std::io::Write as _;
+use std::net::IpAddr;
+
+use opentelemetry::trace::{SpanContext, SpanKind};
+
+use super::tracing::{Span, Value};
 
 /// Protobuf wire types.
 const VARINT: u8 = 0;
@@ -38,14 +40,13 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub fn new(resource: &Resource, scope_name: &str) -> Encoder {
-        let attributes: Vec<KeyValue> = resource
-            .iter()
-            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-            .collect();
+    pub fn new(resource: &[(String, String)], scope_name: &str) -> Encoder {
         let mut body = Vec::new();
-        for kv in &attributes {
-            key_value(&mut body, 1, kv);
+        for (k, v) in resource {
+            nested(&mut body, 1, |out| {
+                len_field(out, 1, k.as_bytes());
+                nested(out, 2, |out| len_field(out, 1, v.as_bytes()));
+            });
         }
         let mut resource = Vec::new();
         len_field(&mut resource, 1, &body);
@@ -57,7 +58,7 @@ impl Encoder {
     }
 
     /// The export body for `spans`.
-    pub fn encode(&self, spans: &[SpanData]) -> Vec<u8> {
+    pub fn encode(&self, spans: &[Span]) -> Vec<u8> {
         // Each span is written once into `bodies`, its length known after (one pass).
         let mut bodies = Vec::with_capacity(spans.len() * 512);
         let mut ends = Vec::with_capacity(spans.len());
@@ -108,85 +109,62 @@ fn nested(out: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
     }
 }
 
-fn write_span(out: &mut Vec<u8>, s: &SpanData) {
-    let sc = &s.span_context;
+fn write_span(out: &mut Vec<u8>, s: &Span) {
+    let sc = &s.context;
     len_field(out, 1, &sc.trace_id().to_bytes());
     len_field(out, 2, &sc.span_id().to_bytes());
     let state = sc.trace_state().header();
     if !state.is_empty() {
         len_field(out, 3, state.as_bytes());
     }
-    if s.parent_span_id != SpanId::INVALID {
-        len_field(out, 4, &s.parent_span_id.to_bytes());
+    if let Some((parent, _)) = s.parent {
+        len_field(out, 4, &parent.to_bytes());
     }
     len_field(out, 5, s.name.as_bytes());
     tag(out, 6, VARINT);
-    varint(out, kind(&s.span_kind));
+    varint(out, kind(&s.kind));
     tag(out, 7, FIXED64);
-    out.extend_from_slice(&nanos(s.start_time).to_le_bytes());
+    out.extend_from_slice(&nanos(s.start).to_le_bytes());
     tag(out, 8, FIXED64);
-    out.extend_from_slice(&nanos(s.end_time).to_le_bytes());
-    for kv in &s.attributes {
-        key_value(out, 9, kv);
+    out.extend_from_slice(&nanos(s.end).to_le_bytes());
+    for (key, value) in &s.attributes {
+        key_value(out, 9, key, value);
     }
-    if s.dropped_attributes_count > 0 {
-        tag(out, 10, VARINT);
-        varint(out, u64::from(s.dropped_attributes_count));
+    if let Some(link) = &s.link {
+        nested(out, 13, |out| write_link(out, link));
     }
-    for link in s.links.iter() {
-        let body = link_body(link);
-        len_field(out, 13, &body);
+    if let Some(description) = &s.error {
+        // `Status`: message = 2, code = 3 (2: error).
+        nested(out, 15, |out| {
+            if !description.is_empty() {
+                len_field(out, 2, description.as_bytes());
+            }
+            tag(out, 3, VARINT);
+            varint(out, 2);
+        });
     }
-    if let Some(body) = status_body(&s.status) {
-        len_field(out, 15, &body);
+    let mut flags = u32::from(sc.trace_flags().to_u8()) | HAS_IS_REMOTE;
+    if s.parent.is_some_and(|(_, remote)| remote) {
+        flags |= IS_REMOTE;
     }
     tag(out, 16, FIXED32);
-    out.extend_from_slice(&span_flags(s).to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
 }
 
-fn link_body(link: &opentelemetry::trace::Link) -> Vec<u8> {
-    let sc = &link.span_context;
-    let mut b = Vec::with_capacity(48);
-    len_field(&mut b, 1, &sc.trace_id().to_bytes());
-    len_field(&mut b, 2, &sc.span_id().to_bytes());
+/// A `Span.Link`'s body: a remote span's context.
+fn write_link(out: &mut Vec<u8>, sc: &SpanContext) {
+    len_field(out, 1, &sc.trace_id().to_bytes());
+    len_field(out, 2, &sc.span_id().to_bytes());
     let state = sc.trace_state().header();
     if !state.is_empty() {
-        len_field(&mut b, 3, state.as_bytes());
-    }
-    for kv in &link.attributes {
-        key_value(&mut b, 4, kv);
+        len_field(out, 3, state.as_bytes());
     }
     let mut flags = u32::from(sc.trace_flags().to_u8()) | HAS_IS_REMOTE;
     if sc.is_remote() {
         flags |= IS_REMOTE;
     }
-    tag(&mut b, 6, FIXED32);
-    b.extend_from_slice(&flags.to_le_bytes());
-    b
-}
-
-/// `Status` (message = 2, code = 3); none for an unset status (the default).
-fn status_body(status: &Status) -> Option<Vec<u8>> {
-    let (code, message) = match status {
-        Status::Unset => return None,
-        Status::Ok => (1, ""),
-        Status::Error { description } => (2, description.as_ref()),
-    };
-    let mut b = Vec::with_capacity(message.len() + 8);
-    if !message.is_empty() {
-        len_field(&mut b, 2, message.as_bytes());
-    }
-    tag(&mut b, 3, VARINT);
-    varint(&mut b, code);
-    Some(b)
-}
-
-fn span_flags(s: &SpanData) -> u32 {
-    let mut flags = u32::from(s.span_context.trace_flags().to_u8()) | HAS_IS_REMOTE;
-    if s.parent_span_is_remote {
-        flags |= IS_REMOTE;
-    }
-    flags
+    tag(out, 6, FIXED32);
+    out.extend_from_slice(&flags.to_le_bytes());
 }
 
 fn kind(kind: &SpanKind) -> u64 {
@@ -205,46 +183,46 @@ fn nanos(t: SystemTime) -> u64 {
 }
 
 /// A `KeyValue` message as field `field`.
-fn key_value(out: &mut Vec<u8>, field: u32, kv: &KeyValue) {
+fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
     nested(out, field, |out| {
-        len_field(out, 1, kv.key.as_str().as_bytes());
-        nested(out, 2, |out| any(out, &kv.value));
+        len_field(out, 1, key.as_bytes());
+        nested(out, 2, |out| any(out, value));
     });
 }
 
 /// An `AnyValue`'s body.
 fn any(out: &mut Vec<u8>, v: &Value) {
     match v {
-        Value::String(s) => len_field(out, 1, s.as_str().as_bytes()),
+        Value::Static(s) => len_field(out, 1, s.as_bytes()),
+        Value::Text(s) => len_field(out, 1, s.as_bytes()),
+        Value::Shared(s) => len_field(out, 1, s.as_bytes()),
         Value::Bool(b) => {
             tag(out, 2, VARINT);
             varint(out, u64::from(*b));
         }
-        Value::I64(i) => {
+        Value::Int(i) => {
             tag(out, 3, VARINT);
             varint(out, *i as u64);
         }
-        Value::F64(f) => {
-            tag(out, 4, FIXED64);
-            out.extend_from_slice(&f.to_le_bytes());
-        }
-        Value::Array(a) => nested(out, 5, |out| {
-            for item in array_values(a) {
-                nested(out, 1, |out| any(out, &item));
+        // An address as its text, written in place (at most 45 bytes: one length byte);
+        // IPv4's dotted quad by hand (the formatter costs more than the rest of the span).
+        Value::Ip(IpAddr::V4(ip)) => nested(out, 1, |out| {
+            for (i, octet) in ip.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
             }
         }),
-        // A kind this encoder does not know is sent as its text.
-        other => len_field(out, 1, other.to_string().as_bytes()),
-    }
-}
-
-fn array_values(a: &Array) -> Vec<Value> {
-    match a {
-        Array::Bool(v) => v.iter().map(|x| Value::Bool(*x)).collect(),
-        Array::I64(v) => v.iter().map(|x| Value::I64(*x)).collect(),
-        Array::F64(v) => v.iter().map(|x| Value::F64(*x)).collect(),
-        Array::String(v) => v.iter().map(|x| Value::String(x.clone())).collect(),
-        _ => Vec::new(),
+        Value::Ip(ip) => nested(out, 1, |out| {
+            let _ = write!(out, "{ip}");
+        }),
     }
 }
 
@@ -278,68 +256,69 @@ fn varint_len(v: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::{
-        Link, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState,
-    };
+    use opentelemetry::trace::{SpanId, TraceFlags, TraceId, TraceState};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value;
     use prost::Message;
 
-    fn span(name: &str, parent: SpanId, attributes: Vec<KeyValue>, status: Status) -> SpanData {
-        let sc = SpanContext::new(
+    fn span(
+        name: &'static str,
+        parent: Option<SpanId>,
+        attributes: Vec<(&'static str, Value)>,
+        error: Option<&str>,
+    ) -> Span {
+        let context = SpanContext::new(
             TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
             SpanId::from_hex("b7ad6b7169203331").unwrap(),
             TraceFlags::SAMPLED,
             false,
             TraceState::from_key_value([("a", "1")]).unwrap(),
         );
-        let mut links = opentelemetry_sdk::trace::SpanLinks::default();
-        links.links.push(Link::with_context(SpanContext::new(
+        let link = SpanContext::new(
             TraceId::from_hex("11111111111111111111111111111111").unwrap(),
             SpanId::from_hex("2222222222222222").unwrap(),
             TraceFlags::SAMPLED,
             true,
             TraceState::NONE,
-        )));
-        SpanData {
-            span_context: sc,
-            parent_span_id: parent,
-            parent_span_is_remote: true,
-            span_kind: SpanKind::Server,
-            name: name.to_string().into(),
-            start_time: UNIX_EPOCH + std::time::Duration::from_nanos(1_000_000_007),
-            end_time: UNIX_EPOCH + std::time::Duration::from_nanos(2_000_000_009),
+        );
+        Span {
+            context,
+            parent: parent.map(|p| (p, true)),
+            kind: SpanKind::Server,
+            name: name.into(),
+            start: UNIX_EPOCH + std::time::Duration::from_nanos(1_000_000_007),
+            end: UNIX_EPOCH + std::time::Duration::from_nanos(2_000_000_009),
             attributes,
-            dropped_attributes_count: 0,
-            events: Default::default(),
-            links,
-            status,
-            instrumentation_scope: Default::default(),
+            link: parent.map(|_| link),
+            error: error.map(str::to_owned),
         }
     }
 
     /// Two spans encoded, and read back with the official definitions.
     fn decoded() -> ExportTraceServiceRequest {
-        let resource = Resource::builder_empty()
-            .with_service_name("edge")
-            .with_attributes([KeyValue::new("k8s.pod.name", "p-1")])
-            .build();
+        let resource = vec![
+            ("service.name".to_owned(), "edge".to_owned()),
+            ("k8s.pod.name".to_owned(), "p-1".to_owned()),
+        ];
         let encoder = Encoder::new(&resource, "mcp-edge");
         let spans = vec![
             span(
                 "tools/call echo",
-                SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+                Some(SpanId::from_hex("00f067aa0ba902b7").unwrap()),
                 vec![
-                    KeyValue::new("mcp.method.name", "tools/call"),
-                    KeyValue::new("server.port", 8080_i64),
-                    KeyValue::new("negative", -5_i64),
-                    KeyValue::new("mcp.edge.bridged", true),
-                    KeyValue::new("ratio", 0.5_f64),
-                    KeyValue::new("long", "x".repeat(300)),
+                    ("mcp.method.name", Value::Static("tools/call")),
+                    ("server.port", Value::Int(8080)),
+                    ("negative", Value::Int(-5)),
+                    ("mcp.edge.bridged", Value::Bool(true)),
+                    ("client.address", Value::Ip("2001:db8::1".parse().unwrap())),
+                    ("server.address", Value::Ip("10.0.105.7".parse().unwrap())),
+                    ("peer", Value::Ip("192.168.0.255".parse().unwrap())),
+                    ("shared", Value::Shared("s".into())),
+                    ("long", Value::Text("x".repeat(300))),
                 ],
-                Status::error("boom"),
+                Some("boom"),
             ),
-            span("tools/list", SpanId::INVALID, Vec::new(), Status::Unset),
+            span("tools/list", None, Vec::new(), None),
         ];
         ExportTraceServiceRequest::decode(encoder.encode(&spans).as_slice()).unwrap()
     }
@@ -369,7 +348,7 @@ mod tests {
         let ss = &rs.scope_spans[0];
         assert_eq!(ss.scope.as_ref().unwrap().name, "mcp-edge");
         assert_eq!(ss.spans.len(), 2);
-        let empty = Encoder::new(&Resource::builder_empty().build(), "s").encode(&[]);
+        let empty = Encoder::new(&[], "s").encode(&[]);
         let empty = ExportTraceServiceRequest::decode(empty.as_slice()).unwrap();
         assert!(empty.resource_spans[0].scope_spans[0].spans.is_empty());
     }
@@ -395,6 +374,8 @@ mod tests {
         assert_eq!(link.flags, 0x01 | 0x100 | 0x200);
         let second = &spans[1];
         assert!(second.parent_span_id.is_empty(), "a root");
+        assert_eq!(second.flags, 0x01 | 0x100, "a root's parent is not remote");
+        assert!(second.links.is_empty());
         assert!(second.status.as_ref().is_none_or(|s| s.code == 0));
     }
 
@@ -418,7 +399,17 @@ mod tests {
         assert_eq!(attr("server.port"), Some(V::IntValue(8080)));
         assert_eq!(attr("negative"), Some(V::IntValue(-5)));
         assert_eq!(attr("mcp.edge.bridged"), Some(V::BoolValue(true)));
-        assert_eq!(attr("ratio"), Some(V::DoubleValue(0.5)));
+        assert_eq!(
+            attr("client.address"),
+            Some(V::StringValue("2001:db8::1".into()))
+        );
+        assert_eq!(attr("shared"), Some(V::StringValue("s".into())));
+        let text = |k: &str| match attr(k) {
+            Some(V::StringValue(s)) => s,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text("server.address"), "10.0.105.7");
+        assert_eq!(text("peer"), "192.168.0.255");
         assert_eq!(attr("long"), Some(V::StringValue("x".repeat(300))));
     }
 

@@ -1,28 +1,23 @@
-//! OpenTelemetry traces: the tracer the `trace` stage makes its spans with
-//! (`proxy/stages/trace.rs`), and their export to a collector (OTLP over HTTP, protobuf) off
-//! the request path.
+//! OpenTelemetry traces: the spans the `trace` stage makes (`proxy/stages/trace.rs`, with
+//! [`Span`] of [`span`]), and their export to a collector (OTLP over HTTP, protobuf) off the
+//! request path.
 //!
-//! A span that ends goes into a bounded queue ([`Queue`]); a thread of its own takes them in
-//! batches to the collector (encoded by [`super::otlp`]), each export bounded by
-//! `export_timeout_ms`, never retried. A full
-//! queue and a failed export drop spans: both are counted
+//! A span that ends goes into a bounded queue; a thread of its own takes them in batches to
+//! the collector (encoded by [`super::otlp`]), each export bounded by `export_timeout_ms`,
+//! never retried. A full queue and a failed export drop spans: both are counted
 //! (`mcp_edge_trace_spans_dropped_total{reason}`) and logged once per episode (and once when
 //! exports work again). Nothing on the request path waits for the collector: ending a span is
-//! a `try_send`.
+//! a push under a lock held for that push alone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::KeyValue;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor};
-use opentelemetry_sdk::Resource;
+mod export;
+mod span;
 
-use super::otlp::Encoder;
-use crate::metrics::{self, SpanDrop};
+pub use span::{Attribute, Parent, Sampler, Span, Value};
+
+use export::Queue;
 
 /// `[tracing]`, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,10 +39,10 @@ pub struct Settings {
     pub service_name: String,
 }
 
-/// The edge's tracer, and its provider (whose drop ends the export).
+/// The edge's tracer: how it samples, and the queue to the export thread.
 pub struct Tracing {
-    pub tracer: SdkTracer,
-    provider: SdkTracerProvider,
+    sampler: Sampler,
+    queue: Arc<Queue>,
 }
 
 impl std::fmt::Debug for Tracing {
@@ -57,262 +52,112 @@ impl std::fmt::Debug for Tracing {
 }
 
 impl Tracing {
+    /// The tracer, and the thread that exports what it ends.
+    pub fn start(settings: &Settings) -> Result<Arc<Tracing>, String> {
+        let queue = export::start(settings, resource(settings), SCOPE)?;
+        Ok(Arc::new(Tracing {
+            sampler: Sampler::ratio(settings.sample_ratio),
+            queue,
+        }))
+    }
+
+    /// A span started now-or-earlier (`start`), sampled as configured.
+    pub fn span(
+        &self,
+        parent: Parent<'_>,
+        kind: opentelemetry::trace::SpanKind,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        start: SystemTime,
+    ) -> Span {
+        Span::start(self.sampler, parent, kind, name, start)
+    }
+
+    /// End `span` now: a sampled one goes to the export queue.
+    pub fn end(&self, mut span: Span) {
+        if span.is_recording() {
+            span.end = SystemTime::now();
+            self.queue.push(span);
+        }
+    }
+
     /// Export what is queued (waiting at most `timeout`), then stop exporting.
     pub fn shutdown(&self, timeout: Duration) {
-        let _ = self.provider.shutdown_with_timeout(timeout);
+        self.queue.close(timeout);
     }
 }
 
 impl Drop for Tracing {
     fn drop(&mut self) {
-        let _ = self.provider.shutdown_with_timeout(Duration::from_secs(1));
-    }
-}
-
-impl Tracing {
-    /// The tracer, and the thread that exports what it ends.
-    pub fn start(settings: &Settings) -> Result<Arc<Tracing>, String> {
-        let client = reqwest::Client::builder()
-            .timeout(settings.export_timeout)
-            .build()
-            .map_err(|e| format!("the collector's HTTP client: {e}"))?;
-        let resource = resource(settings);
-        let exporter = Exporter {
-            client,
-            endpoint: settings.endpoint.clone(),
-            encoder: Encoder::new(&resource, SCOPE),
-        };
-        let (tx, rx) = mpsc::sync_channel(settings.queue_spans);
-        let batch = Batching {
-            batch: settings.batch_spans,
-            flush: settings.flush,
-            timeout: settings.export_timeout,
-        };
-        std::thread::Builder::new()
-            .name("mcp-edge-trace-export".into())
-            .spawn(move || export(exporter, rx, batch))
-            .map_err(|e| format!("the export thread: {e}"))?;
-        let sampler =
-            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio)));
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(Queue {
-                tx,
-                dropping: AtomicBool::new(false),
-            })
-            .with_sampler(sampler)
-            .with_resource(resource)
-            .build();
-        let tracer = provider.tracer(SCOPE);
-        Ok(Arc::new(Tracing { tracer, provider }))
+        self.queue.close(Duration::from_secs(1));
     }
 }
 
 /// The instrumentation scope of the edge's spans.
 const SCOPE: &str = "mcp-edge";
 
-/// `service.name`, `service.version`, and where the replica runs (the Kubernetes Downward
-/// API's `POD_NAME`, `POD_NAMESPACE`, `NODE_NAME`).
-fn resource(settings: &Settings) -> Resource {
-    let mut attributes = vec![KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))];
+/// `service.name`, `service.version`, the `telemetry.sdk.*` triple, where the replica runs
+/// (the Kubernetes Downward API's `POD_NAME`, `POD_NAMESPACE`, `NODE_NAME`), and what
+/// `OTEL_RESOURCE_ATTRIBUTES` adds (`key=value,…`, percent-encoded; the edge's own keys win).
+fn resource(settings: &Settings) -> Vec<(String, String)> {
+    let env = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    let name = env("OTEL_SERVICE_NAME").unwrap_or_else(|| settings.service_name.clone());
+    let version = env!("CARGO_PKG_VERSION");
+    let mut ours: Vec<(&str, String)> = vec![
+        ("service.name", name),
+        ("service.version", version.to_owned()),
+        ("telemetry.sdk.name", "mcp-edge".to_owned()),
+        ("telemetry.sdk.language", "rust".to_owned()),
+        ("telemetry.sdk.version", version.to_owned()),
+    ];
     for (var, key) in [
         ("POD_NAME", "k8s.pod.name"),
         ("POD_NAMESPACE", "k8s.namespace.name"),
         ("NODE_NAME", "k8s.node.name"),
+        ("POD_NAME", "service.instance.id"),
     ] {
-        if let Some(v) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
-            attributes.push(KeyValue::new(key, v));
+        if let Some(v) = env(var) {
+            ours.push((key, v));
         }
     }
-    if let Some(pod) = std::env::var("POD_NAME").ok().filter(|v| !v.is_empty()) {
-        attributes.push(KeyValue::new("service.instance.id", pod));
-    }
-    let name = std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| settings.service_name.clone());
-    Resource::builder()
-        .with_service_name(name)
-        .with_attributes(attributes)
-        .build()
+    let mut attributes: Vec<(String, String)> = env("OTEL_RESOURCE_ATTRIBUTES")
+        .map(|v| environment_attributes(&v))
+        .unwrap_or_default();
+    attributes.retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
+    attributes.extend(ours.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    attributes
 }
 
-/// What the queue carries to the export thread.
-enum Item {
-    Span(Box<SpanData>),
-    /// Export what is queued now, then say so.
-    Flush(SyncSender<()>),
+/// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas, percent-decoded; a pair
+/// without `=` or with an empty key is skipped.
+fn environment_attributes(text: &str) -> Vec<(String, String)> {
+    text.split(',')
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            let k = percent_decode(k.trim());
+            (!k.is_empty()).then(|| (k, percent_decode(v.trim())))
+        })
+        .collect()
 }
 
-/// The span processor: ended spans into the bounded queue, never waiting.
-#[derive(Debug)]
-struct Queue {
-    tx: SyncSender<Item>,
-    /// The queue was full (logged once per episode).
-    dropping: AtomicBool,
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
-impl SpanProcessor for Queue {
-    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    fn on_end(&self, span: SpanData) {
-        match self.tx.try_send(Item::Span(Box::new(span))) {
-            Ok(()) => {
-                if self.dropping.swap(false, Ordering::Relaxed) {
-                    log::info!("tracing: the span queue has room again");
-                }
-            }
-            Err(TrySendError::Full(_)) => {
-                metrics::get().span_dropped(SpanDrop::QueueFull, 1);
-                if !self.dropping.swap(true, Ordering::Relaxed) {
-                    log::warn!("tracing: the span queue is full (the collector is slow or down); spans are dropped and counted");
-                }
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                // The export thread is gone (it could not start its runtime): said once.
-                metrics::get().span_dropped(SpanDrop::ExportFailed, 1);
-                if !self.dropping.swap(true, Ordering::Relaxed) {
-                    log::error!(
-                        "tracing: the export thread is gone; spans are dropped and counted"
-                    );
-                }
-            }
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        let (done, wait) = mpsc::sync_channel(1);
-        self.tx
-            .try_send(Item::Flush(done))
-            .map_err(|_| OTelSdkError::InternalFailure("the span queue is full".into()))?;
-        wait.recv_timeout(Duration::from_secs(5))
-            .map_err(|_| OTelSdkError::Timeout(Duration::from_secs(5)))
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let (done, wait) = mpsc::sync_channel(1);
-        if self.tx.try_send(Item::Flush(done)).is_ok() {
-            let _ = wait.recv_timeout(timeout);
-        }
-        Ok(())
-    }
-}
-
-/// How the export thread batches.
-struct Batching {
-    batch: usize,
-    flush: Duration,
-    timeout: Duration,
-}
-
-/// The export thread: batches from the queue to the collector until the queue closes.
-fn export(exporter: Exporter, rx: Receiver<Item>, b: Batching) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        log::error!("tracing: cannot start the export runtime; spans are dropped");
-        return;
-    };
-    let mut failing = false;
-    let mut batch: Vec<SpanData> = Vec::with_capacity(b.batch);
-    loop {
-        let deadline = Instant::now() + b.flush;
-        let mut flushed = Vec::new();
-        let mut closed = false;
-        while batch.len() < b.batch {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(Item::Span(span)) => batch.push(*span),
-                Ok(Item::Flush(done)) => {
-                    flushed.push(done);
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
-        if !batch.is_empty() {
-            let spans = std::mem::replace(&mut batch, Vec::with_capacity(b.batch));
-            send(&runtime, &exporter, spans, b.timeout, &mut failing);
-        }
-        for done in flushed {
-            let _ = done.try_send(());
-        }
-        if closed {
-            return;
-        }
-    }
-}
-
-/// One export, bounded; a failure drops the batch (counted, logged once per episode).
-fn send(
-    runtime: &tokio::runtime::Runtime,
-    exporter: &Exporter,
-    spans: Vec<SpanData>,
-    timeout: Duration,
-    failing: &mut bool,
-) {
-    let n = spans.len() as u64;
-    let body = exporter.encoder.encode(&spans);
-    drop(spans);
-    let result =
-        runtime.block_on(async { tokio::time::timeout(timeout, exporter.post(body)).await });
-    let m = metrics::get();
-    match result {
-        Ok(Ok(())) => {
-            m.span_exported(n);
-            if std::mem::take(failing) {
-                log::info!("tracing: the collector takes spans again");
-            }
-        }
-        Ok(Err(e)) => {
-            m.span_dropped(SpanDrop::ExportFailed, n);
-            if !std::mem::replace(failing, true) {
-                log::warn!("tracing: exporting spans failed ({e}); spans are dropped and counted until an export works");
-            }
-        }
-        Err(_) => {
-            m.span_dropped(SpanDrop::ExportFailed, n);
-            if !std::mem::replace(failing, true) {
-                log::warn!(
-                    "tracing: exporting spans failed (no answer within {} ms); spans are dropped and counted until an export works",
-                    timeout.as_millis()
-                );
-            }
-        }
-    }
-}
-
-/// Where the batches go: the collector's traces URL, over the edge's own reqwest (rustls;
-/// its timeout bounds the whole exchange).
-struct Exporter {
-    client: reqwest::Client,
-    endpoint: String,
-    encoder: Encoder,
-}
-
-impl Exporter {
-    /// One export: 2xx is taken; anything else (a refusal, a partial failure's 4xx/5xx) is
-    /// a failure.
-    async fn post(&self, body: Vec<u8>) -> Result<(), String> {
-        let resp = self
-            .client
-            .post(&self.endpoint)
-            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = resp.status();
-        // The answer is a few bytes (an empty or partial-success message): not read.
-        drop(resp);
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the collector answered {status}"))
-        }
+    #[test]
+    fn environment_attributes_are_decoded_and_bad_pairs_skipped() {
+        assert_eq!(
+            environment_attributes("deployment.environment=prod, team=a%2Cb,novalue,=x,k=%zz"),
+            vec![
+                ("deployment.environment".to_owned(), "prod".to_owned()),
+                ("team".to_owned(), "a,b".to_owned()),
+                ("k".to_owned(), "%zz".to_owned()),
+            ]
+        );
     }
 }

@@ -119,11 +119,11 @@ struct Line<'a> {
     error: Option<&'static str>,
     duration_ms: f64,
     bytes_sent: usize,
-    trace_id: Option<String>,
-    span_id: Option<String>,
+    trace_id: Option<&'a str>,
+    span_id: Option<&'a str>,
     /// The trace the client's own `traceparent` names (the same as `trace_id` on a listener
     /// that continues it).
-    client_trace_id: Option<String>,
+    client_trace_id: Option<&'a str>,
     client: Option<std::net::IpAddr>,
     /// Who called, on a route with `auth`: the principal's subject (an API key's name) and
     /// its issuer, and the tenant.
@@ -140,15 +140,22 @@ struct Line<'a> {
 fn log_line(session: &Session, ctx: &Ctx) {
     let principal = ctx.request.principal.as_deref();
     let message = ctx.request.message.as_deref();
-    let (trace_id, span_id) = match super::trace::ids(ctx) {
-        Some(sc) => (
-            Some(sc.trace_id().to_string()),
-            Some(sc.span_id().to_string()),
-        ),
+    // Hex ids on the stack, borrowed by the line (hex digits are UTF-8).
+    let ids = super::trace::ids(ctx).map(|sc| {
+        (
+            super::trace::trace_hex(sc.trace_id()),
+            super::trace::span_hex(sc.span_id()),
+        )
+    });
+    let (trace_id, span_id) = match &ids {
+        Some((t, s)) => (std::str::from_utf8(t).ok(), std::str::from_utf8(s).ok()),
         None => (None, None),
     };
-    let client_trace_id =
-        super::trace::remote_parent(session.req_header()).map(|sc| sc.trace_id().to_string());
+    let client_trace = super::trace::remote_parent(session.req_header())
+        .map(|sc| super::trace::trace_hex(sc.trace_id()));
+    let client_trace_id = client_trace
+        .as_ref()
+        .and_then(|t| std::str::from_utf8(t).ok());
     let name = message.and_then(|m| {
         let resource = m.target.as_ref().is_some_and(|t| t.kind == Kind::Resource);
         let name = m

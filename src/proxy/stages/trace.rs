@@ -15,20 +15,18 @@
 //!   `mcp.edge.stream = "opened"`. An open stream's life is in the metrics and in its
 //!   access-log line, which carries the same trace id.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use opentelemetry::trace::{
-    Link, Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, TraceState,
-    Tracer as _,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::Span;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceState};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use super::outcome::Failure;
 use crate::config::TraceContext;
 use crate::error::Rejection;
+use crate::ops::tracing::{Attribute, Parent, Span, Tracing};
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::Edge;
@@ -42,11 +40,13 @@ use attributes::{
     span_name, target,
 };
 use context::inject;
-pub use context::remote_parent;
+pub use context::{remote_parent, span_hex, trace_hex};
 
 /// A traced request's spans.
 pub struct State {
-    server: Span,
+    tracing: Arc<Tracing>,
+    /// Until it ends.
+    server: Option<Span>,
     /// The current try's span.
     client: Option<Span>,
     /// The SERVER span's ids (for the access log, also once it ended).
@@ -59,7 +59,7 @@ pub struct State {
     legacy_version: Option<String>,
     /// The operation's name and target, once built (both spans carry them; their text is
     /// shared).
-    target: Option<(String, Vec<KeyValue>)>,
+    target: Option<(Cow<'static, str>, Vec<Attribute>)>,
     /// Both spans ended (at a long-lived stream's head).
     ended: bool,
 }
@@ -74,34 +74,34 @@ impl Stage for Trace {
             return Ok(Flow::Next);
         };
         let req = a.session.req_header();
+        // Only a request that carries one pays for reading it.
         let remote = remote_parent(req);
         let http_method = http_method(&req.method);
-        let mut builder = SpanBuilder::from_name(http_method)
-            .with_kind(SpanKind::Server)
-            .with_start_time(SystemTime::now() - a.ctx.started.elapsed());
-        let parent = match (a.edge.trace_context, remote) {
-            (TraceContext::Continue, Some(sc)) => Context::new().with_remote_span_context(sc),
-            (TraceContext::Link, Some(sc)) => {
-                // The client's span, not its state: nothing of the client's is exported.
-                let linked = SpanContext::new(
+        let start = SystemTime::now() - a.ctx.started.elapsed();
+        let (parent, link) = match (a.edge.trace_context, &remote) {
+            (TraceContext::Continue, Some(sc)) => (Parent::Remote(sc), None),
+            // The client's span, not its state: nothing of the client's is exported.
+            (TraceContext::Link, Some(sc)) => (
+                Parent::Root,
+                Some(SpanContext::new(
                     sc.trace_id(),
                     sc.span_id(),
                     sc.trace_flags(),
                     true,
                     TraceState::NONE,
-                );
-                builder = builder.with_links(vec![Link::with_context(linked)]);
-                Context::new()
-            }
-            (_, None) => Context::new(),
+                )),
+            ),
+            (_, None) => (Parent::Root, None),
         };
-        let mut server = tracing.tracer.build_with_context(builder, &parent);
+        let mut server = tracing.span(parent, SpanKind::Server, http_method, start);
         if server.is_recording() {
-            server.set_attributes(connection(a.session, a.ctx));
+            server.link = link;
+            server.attributes = connection(a.session, a.ctx);
         }
         a.ctx.stages.trace = Some(Box::new(State {
-            ids: server.span_context().clone(),
-            server,
+            tracing: tracing.clone(),
+            ids: server.context.clone(),
+            server: Some(server),
             client: None,
             http_method,
             client_failed: false,
@@ -112,33 +112,42 @@ impl Stage for Trace {
         Ok(Flow::Next)
     }
 
-    fn attempt(ctx: &mut Ctx, edge: &Edge) {
-        let (Some(tracing), Some(state)) = (&edge.tracing, ctx.stages.trace.as_deref_mut()) else {
+    fn attempt(ctx: &mut Ctx, _edge: &Edge) {
+        let Some(state) = ctx.stages.trace.as_deref_mut() else {
             return;
         };
-        if let Some(mut previous) = state.client.take() {
-            previous.end();
+        if let Some(previous) = state.client.take() {
+            state.tracing.end(previous);
         }
         state.client_failed = false;
-        let parent = Context::new().with_remote_span_context(state.ids.clone());
-        let Some(state) = ctx.stages.trace.as_deref() else {
+        if !state.ids.is_sampled() {
+            // Not recorded: the try's span only carries its ids to the member.
+            let client = state.tracing.span(
+                Parent::Local(&state.ids),
+                SpanKind::Client,
+                "",
+                SystemTime::now(),
+            );
+            state.client = Some(client);
             return;
-        };
+        }
+        let (http_method, built) = (state.http_method, state.target.take());
         // Admission is over: what the request is, is known.
-        let (name, target) = state
-            .target
-            .clone()
-            .unwrap_or_else(|| (span_name(ctx, state.http_method), target(ctx)));
+        let (name, target) = built.unwrap_or_else(|| (span_name(ctx, http_method), target(ctx)));
         let mut attributes = member(ctx);
         attributes.extend(target.iter().cloned());
-        let builder = SpanBuilder::from_name(name.clone())
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes);
-        let client = tracing.tracer.build_with_context(builder, &parent);
-        if let Some(state) = ctx.stages.trace.as_deref_mut() {
-            state.client = Some(client);
-            state.target.get_or_insert((name, target));
-        }
+        let Some(state) = ctx.stages.trace.as_deref_mut() else {
+            return;
+        };
+        let mut client = state.tracing.span(
+            Parent::Local(&state.ids),
+            SpanKind::Client,
+            name.clone(),
+            SystemTime::now(),
+        );
+        client.attributes = attributes;
+        state.client = Some(client);
+        state.target = Some((name, target));
     }
 
     fn attempt_failed(ctx: &mut Ctx, error: &pingora::Error) {
@@ -149,9 +158,9 @@ impl Stage for Trace {
         if error.esource() == &pingora::ErrorSource::Downstream {
             return;
         }
-        if let Some(client) = state.client.as_mut() {
-            client.set_attribute(KeyValue::new("error.type", snake(error.etype().as_str())));
-            client.set_status(Status::error(cut(&error.to_string()).to_owned()));
+        if let Some(client) = state.client.as_mut().filter(|c| c.is_recording()) {
+            client.set("error.type", snake(error.etype().as_str()));
+            client.fail(cut(&error.to_string()).to_owned());
             state.client_failed = true;
         }
     }
@@ -169,7 +178,7 @@ impl Stage for Trace {
         if o.ctx.endpoint()?.route.pool.stdio.get().is_some() {
             o.head.insert_header(crate::stdio::TRACED_HEADER, "1")?;
         }
-        inject(o.head, client.span_context())
+        inject(o.head, &client.context)
     }
 
     fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
@@ -199,39 +208,42 @@ fn finish(ctx: &mut Ctx, status: Option<u16>) {
         return;
     };
     state.ended = true;
+    if !state.ids.is_sampled() {
+        // Nothing recorded, nothing to export.
+        state.server = None;
+        state.client = None;
+        ctx.stages.trace = Some(state);
+        return;
+    }
     let failure = Failure::of(ctx);
     let outcome = failure.as_ref().map(outcome).unwrap_or_default();
     if let Some(mut client) = state.client.take() {
-        if client.is_recording() {
-            if let Some(s) = ctx.upstream.status {
-                client.set_attribute(KeyValue::new("http.response.status_code", i64::from(s)));
-            }
-            // A failed try has its error; the last one's answer is the try's outcome.
-            if !state.client_failed {
-                if let Some(f) = failure.filter(|f| *f != Failure::Cancelled) {
-                    client.set_attributes(outcome.iter().cloned());
-                    client.set_status(Status::error(description(&f)));
-                }
+        if let Some(s) = ctx.upstream.status {
+            client.set("http.response.status_code", i64::from(s));
+        }
+        // A failed try has its error; the last one's answer is the try's outcome.
+        if !state.client_failed {
+            if let Some(f) = failure.filter(|f| *f != Failure::Cancelled) {
+                client.extend(outcome.iter().cloned());
+                client.fail(description(&f));
             }
         }
-        client.end();
+        state.tracing.end(client);
     }
-    if state.server.is_recording() {
+    if let Some(mut server) = state.server.take() {
         let (name, target) = match state.target.take() {
             Some(built) => built,
             None => (span_name(ctx, state.http_method), target(ctx)),
         };
-        state.server.update_name(name);
-        state.server.set_attributes(target);
-        state
-            .server
-            .set_attributes(operation(ctx, state.legacy_version.as_deref()));
-        state.server.set_attributes(outcome);
-        state.server.set_attributes(decisions(ctx, status));
+        server.name = name;
+        server.extend(target);
+        server.extend(operation(ctx, state.legacy_version.as_deref()));
+        server.extend(outcome);
+        server.extend(decisions(ctx, status));
         if let Some(f) = failure.filter(Failure::is_server_side) {
-            state.server.set_status(Status::error(description(&f)));
+            server.fail(description(&f));
         }
+        state.tracing.end(server);
     }
-    state.server.end();
     ctx.stages.trace = Some(state);
 }

@@ -2,24 +2,33 @@
 //! in `docs/observability.md`), and the edge's own (`mcp.edge.*`). Callers choose methods,
 //! names and ids: what a span carries is bounded (names by shape, text by length).
 
-use opentelemetry::KeyValue;
+use std::borrow::Cow;
+
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
 use crate::mcp::rules::Era;
 use crate::mcp::target::Kind;
+use crate::ops::tracing::{Attribute, Value};
 use crate::proxy::ctx::{Ctx, Holds};
 use crate::proxy::stages::outcome::Failure;
+
+/// An attribute.
+fn attr(key: &'static str, value: impl Into<Value>) -> Attribute {
+    (key, value.into())
+}
 
 /// The longest name, method or id a span carries (longer ones are cut).
 const MAX_TEXT: usize = 256;
 
 /// The SERVER span's attributes known at the start: who calls, over what.
-pub fn connection(session: &Session, ctx: &Ctx) -> Vec<KeyValue> {
-    let mut kv = vec![
-        KeyValue::new("network.transport", "tcp"),
-        KeyValue::new("network.protocol.name", "http"),
-        KeyValue::new(
+pub fn connection(session: &Session, ctx: &Ctx) -> Vec<Attribute> {
+    // Room for what the span gets when it ends (`target`, `operation`, `outcome`, `decisions`).
+    let mut kv = Vec::with_capacity(24);
+    kv.extend([
+        attr("network.transport", "tcp"),
+        attr("network.protocol.name", "http"),
+        attr(
             "network.protocol.version",
             match session.req_header().version {
                 http::Version::HTTP_2 => "2",
@@ -27,43 +36,45 @@ pub fn connection(session: &Session, ctx: &Ctx) -> Vec<KeyValue> {
                 _ => "1.1",
             },
         ),
-        KeyValue::new(
+        attr(
             "http.request.method",
             http_method(&session.req_header().method),
         ),
-    ];
+    ]);
     let client =
         crate::proxy::stages::forwarding::client_address(session, &ctx.snapshot.forwarding);
     if let Some(ip) = client {
-        kv.push(KeyValue::new("client.address", ip.to_string()));
+        kv.push(attr("client.address", ip));
     }
     kv
 }
 
 /// The CLIENT span's attributes known at the start of a try: the member.
-pub fn member(ctx: &Ctx) -> Vec<KeyValue> {
+pub fn member(ctx: &Ctx) -> Vec<Attribute> {
     let stdio = ctx
         .route()
         .and_then(|r| r.pool.stdio.get().map(|_| &r.pool.name));
     if let Some(pool) = stdio {
         return vec![
-            KeyValue::new("network.transport", "pipe"),
-            KeyValue::new("mcp.edge.stdio.pool", pool.clone()),
+            attr("network.transport", "pipe"),
+            attr("mcp.edge.stdio.pool", pool.clone()),
         ];
     }
-    let mut kv = vec![KeyValue::new("network.transport", "tcp")];
+    // Room for the target's and the answer's attributes.
+    let mut kv = Vec::with_capacity(10);
+    kv.push(attr("network.transport", "tcp"));
     if let Some(m) = ctx.upstream.member() {
-        kv.push(KeyValue::new("server.address", m.addr.ip().to_string()));
-        kv.push(KeyValue::new("server.port", i64::from(m.addr.port())));
+        kv.push(attr("server.address", m.addr.ip()));
+        kv.push(attr("server.port", i64::from(m.addr.port())));
     }
     kv
 }
 
 /// `error.type`, and the JSON-RPC code of the answer.
-pub fn outcome(failure: &Failure<'_>) -> Vec<KeyValue> {
-    let mut kv = vec![KeyValue::new("error.type", failure.error_type())];
+pub fn outcome(failure: &Failure<'_>) -> Vec<Attribute> {
+    let mut kv = vec![attr("error.type", failure.error_type())];
     if let Some(code) = failure.code() {
-        kv.push(KeyValue::new("rpc.response.status_code", code));
+        kv.push(attr("rpc.response.status_code", code));
     }
     kv
 }
@@ -73,19 +84,28 @@ pub fn outcome(failure: &Failure<'_>) -> Vec<KeyValue> {
 /// letters, digits, `_`, `-`, `.`, `/`); `{HTTP method} {route}` for a request without a
 /// method (a stream, a `DELETE`). Callers choose names and methods: a span name must not
 /// carry whatever they send.
-pub fn span_name(ctx: &Ctx, http_method: &str) -> String {
+pub fn span_name(ctx: &Ctx, http_method: &str) -> Cow<'static, str> {
     let message = ctx.request.message.as_deref();
     if message.and_then(|m| m.method.as_deref()).is_none() {
-        return format!("{http_method} {}", ctx.route_name());
+        return joined(http_method, ctx.route_name()).into();
     }
     let method = ctx.labels.method;
     let target = message
         .and_then(|m| m.target.as_ref())
         .filter(|t| t.kind != Kind::Resource && plausible_name(&t.value));
     match target {
-        Some(t) => format!("{method} {}", t.value),
-        None => method.to_owned(),
+        Some(t) => joined(method, &t.value).into(),
+        None => method.into(),
     }
+}
+
+/// `{a} {b}`, without a formatter.
+fn joined(a: &str, b: &str) -> String {
+    let mut s = String::with_capacity(a.len() + 1 + b.len());
+    s.push_str(a);
+    s.push(' ');
+    s.push_str(b);
+    s
 }
 
 fn plausible_name(name: &str) -> bool {
@@ -97,15 +117,15 @@ fn plausible_name(name: &str) -> bool {
 }
 
 /// The attributes both spans carry: the method and what it names.
-pub fn target(ctx: &Ctx) -> Vec<KeyValue> {
+pub fn target(ctx: &Ctx) -> Vec<Attribute> {
     let mut kv = Vec::with_capacity(3);
     let message = ctx.request.message.as_deref();
     let method = message.and_then(|m| m.method.as_deref());
     if let Some(method) = method {
-        kv.push(KeyValue::new("mcp.method.name", shared(cut(method))));
+        kv.push(attr("mcp.method.name", shared(cut(method))));
     }
     if method == Some("tools/call") {
-        kv.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        kv.push(attr("gen_ai.operation.name", "execute_tool"));
     }
     if let Some(t) = message.and_then(|m| m.target.as_ref()) {
         let key = match t.kind {
@@ -117,13 +137,13 @@ pub fn target(ctx: &Ctx) -> Vec<KeyValue> {
             Kind::Resource => crate::mcp::target::redacted_uri(&t.value),
             _ => t.value.as_str().into(),
         };
-        kv.push(KeyValue::new(key, shared(cut(&value))));
+        kv.push(attr(key, shared(cut(&value))));
     }
     kv
 }
 
 /// The request's details, on the SERVER span (its CLIENT spans are its children).
-pub fn operation(ctx: &Ctx, legacy_version: Option<&str>) -> Vec<KeyValue> {
+pub fn operation(ctx: &Ctx, legacy_version: Option<&str>) -> Vec<Attribute> {
     let mut kv = Vec::with_capacity(3);
     let message = ctx.request.message.as_deref();
     if let Some(id) = message.and_then(|m| m.id.as_ref()) {
@@ -131,17 +151,17 @@ pub fn operation(ctx: &Ctx, legacy_version: Option<&str>) -> Vec<KeyValue> {
             serde_json::Value::String(s) => shared(cut(s)),
             other => shared(cut(&other.to_string())),
         };
-        kv.push(KeyValue::new("jsonrpc.request.id", id));
+        kv.push(attr("jsonrpc.request.id", id));
     }
     let version = match &ctx.request.era {
         Some(Era::Modern(v)) => Some(v.as_str()),
         _ => legacy_version,
     };
     if let Some(v) = version {
-        kv.push(KeyValue::new("mcp.protocol.version", shared(v)));
+        kv.push(attr("mcp.protocol.version", shared(v)));
     }
     if let Some(id) = crate::proxy::stages::legacy::upstream_session(ctx) {
-        kv.push(KeyValue::new("mcp.session.id", shared(cut(id))));
+        kv.push(attr("mcp.session.id", shared(cut(id))));
     }
     kv
 }
@@ -152,51 +172,48 @@ fn shared(text: &str) -> std::sync::Arc<str> {
 }
 
 /// What the edge decided, on the SERVER span.
-pub fn decisions(ctx: &Ctx, status: Option<u16>) -> Vec<KeyValue> {
+pub fn decisions(ctx: &Ctx, status: Option<u16>) -> Vec<Attribute> {
     let mut kv = vec![
-        KeyValue::new("mcp.edge.route", ctx.route_name().to_owned()),
-        KeyValue::new(
+        attr("mcp.edge.route", ctx.route_name().to_owned()),
+        attr(
             "mcp.edge.outcome",
             <&str>::from(crate::proxy::stages::metrics::outcome(ctx)),
         ),
-        KeyValue::new("mcp.edge.era", <&str>::from(ctx.labels.era)),
+        attr("mcp.edge.era", <&str>::from(ctx.labels.era)),
     ];
     if let Some(s) = status {
-        kv.push(KeyValue::new("http.response.status_code", i64::from(s)));
+        kv.push(attr("http.response.status_code", i64::from(s)));
     }
     if let Some(e) = &ctx.error {
-        kv.push(KeyValue::new("mcp.edge.error", e.kind().as_str()));
+        kv.push(attr("mcp.edge.error", e.kind().as_str()));
     }
     let request = &ctx.request;
     if request.bridged {
-        kv.push(KeyValue::new("mcp.edge.bridged", true));
+        kv.push(attr("mcp.edge.bridged", true));
     }
     if ctx.answered {
-        kv.push(KeyValue::new("mcp.edge.answered", true));
+        kv.push(attr("mcp.edge.answered", true));
     }
     if let Some(p) = &request.pinned {
         let held = match p.holds {
             Holds::Session => "session",
             Holds::Task => "task",
         };
-        kv.push(KeyValue::new("mcp.edge.pinned", held));
+        kv.push(attr("mcp.edge.pinned", held));
     }
     if let Some(rate) = request.decided.rate {
-        kv.push(KeyValue::new("mcp.edge.rate_limit", <&str>::from(rate)));
+        kv.push(attr("mcp.edge.rate_limit", <&str>::from(rate)));
     }
     if let Some(p) = &request.decided.policy {
-        kv.push(KeyValue::new(
-            "mcp.edge.policy.verdict",
-            <&str>::from(p.verdict),
-        ));
-        kv.push(KeyValue::new("mcp.edge.policy.rule", p.rule.clone()));
+        kv.push(attr("mcp.edge.policy.verdict", <&str>::from(p.verdict)));
+        kv.push(attr("mcp.edge.policy.rule", p.rule.clone()));
     }
     let tried = ctx.upstream.tried.len();
     if tried > 0 {
-        kv.push(KeyValue::new("mcp.edge.attempts", tried as i64));
+        kv.push(attr("mcp.edge.attempts", tried as i64));
     }
     if ctx.stages.limits.long_lived() {
-        kv.push(KeyValue::new("mcp.edge.stream", "opened"));
+        kv.push(attr("mcp.edge.stream", "opened"));
     }
     kv
 }
