@@ -130,12 +130,11 @@ address = "127.0.0.1:$METRICS_PORT"
 [sessions]
 keys_file = "$WORK/session-keys"
 
+# The documented defaults (the health check is \`mcp\`): the edge must be as conformant as the
+# server behind it with the configuration a user writes first.
 [[pools]]
 name = "conformance"
 members = ["127.0.0.1:$SERVER_PORT"]
-
-[pools.health]
-check = "mcp"
 
 [[routes]]
 path = "/mcp"

@@ -67,7 +67,7 @@ impl Issuer {
     /// `checked`: with the default health checks (SDK servers), else none (counting mocks).
     fn edge(&self, member: std::net::SocketAddr, route: &str, checked: bool) -> Edge {
         let pool = if checked {
-            pool_and_route(&[member], route)
+            pool_with_health(&[member], "", route)
         } else {
             unchecked_pool_and_route(&[member], route)
         };

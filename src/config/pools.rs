@@ -28,12 +28,11 @@ pub(super) fn pools(
         let Some(source) = source(p, i, errs) else {
             continue;
         };
-        // The `mcp` probe's default path: the first route's path using this pool.
-        let default_path = routes
-            .iter()
-            .find(|r| r.pool == p.name)
-            .map_or("/mcp".to_string(), |r| r.path.clone());
-        let mut health = health_policy(&p.health, default_path);
+        // The `mcp` probe's default path: the first route's path using this pool; a pool no
+        // MCP route uses (only `[[passthrough]]`) is not checked as an MCP server by default.
+        let first_route = routes.iter().find(|r| r.pool == p.name);
+        let default_path = first_route.map_or("/mcp".to_string(), |r| r.path.clone());
+        let mut health = health_policy(&p.health, default_path, first_route.is_some());
         if matches!(source, Source::Stdio(_)) {
             // The edge watches its own processes; a probe would start sessions on them.
             health.check = CheckKind::None;
@@ -104,9 +103,17 @@ fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
     }
 }
 
-fn health_policy(h: &HealthSection, default_path: String) -> HealthPolicy {
+/// `serves_mcp`: a `[[routes]]` entry uses the pool (the unset check is then `mcp`: the
+/// edge learns what its members speak and answers for them as they would, where a `tcp`
+/// check would leave it answering with every revision it knows).
+fn health_policy(h: &HealthSection, default_path: String, serves_mcp: bool) -> HealthPolicy {
+    let check = h.check.unwrap_or(if serves_mcp {
+        CheckName::Mcp
+    } else {
+        CheckName::Tcp
+    });
     HealthPolicy {
-        check: match h.check {
+        check: match check {
             CheckName::Tcp => CheckKind::Tcp,
             CheckName::None => CheckKind::None,
             CheckName::Mcp => CheckKind::Mcp {

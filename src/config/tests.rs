@@ -213,3 +213,30 @@ fn stdio_pools_are_checked() {
     );
     assert!(Config::parse(&bad).is_err());
 }
+
+#[test]
+fn an_mcp_pool_is_checked_as_one_unless_told_otherwise() {
+    set_keys();
+    use crate::routing::CheckKind;
+    let extra = "[[pools]]\nname = \"web\"\nmembers = [\"127.0.0.1:9002\"]\n\
+                 [[passthrough]]\npath_prefix = \"/web/\"\npool = \"web\"\n";
+    let c = Config::parse(&format!("{MINIMAL}{extra}")).unwrap();
+    assert_eq!(
+        c.runtime.pools["main"].health.check,
+        CheckKind::Mcp {
+            path: "/mcp".into()
+        },
+        "a pool behind [[routes]]: the MCP check, on the route's path"
+    );
+    assert_eq!(
+        c.runtime.pools["web"].health.check,
+        CheckKind::Tcp,
+        "a pool only behind [[passthrough]] is not an MCP server"
+    );
+    let told = MINIMAL.replace(
+        "members = [\"127.0.0.1:9001\"]",
+        "members = [\"127.0.0.1:9001\"]\n[pools.health]\ncheck = \"tcp\"",
+    );
+    let c = Config::parse(&told).unwrap();
+    assert_eq!(c.runtime.pools["main"].health.check, CheckKind::Tcp);
+}

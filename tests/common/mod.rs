@@ -244,9 +244,11 @@ pub fn start_edge_listening(port: u16, listener: &str, body: &str, pools: Pools)
     }
 }
 
-/// `[[pools]]` + `[[routes]]` for one pool on `/mcp`.
+/// `[[pools]]` + `[[routes]]` for one pool on `/mcp`, checked by `tcp` connects: the members
+/// are test upstreams whose HTTP requests the tests count and pace, where the default `mcp`
+/// check would add its own (tests of the default use [`pool_with_health`] with no check).
 pub fn pool_and_route(members: &[SocketAddr], extra_route: &str) -> String {
-    pool_with_health(members, "", extra_route)
+    pool_with_health(members, "check = \"tcp\"\n", extra_route)
 }
 
 /// [`pool_and_route`] without active health checks: every connection the members see is a

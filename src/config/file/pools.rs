@@ -98,11 +98,11 @@ fn dns_interval() -> NonZeroU64 {
     defaults::DNS_INTERVAL_MS
 }
 
-/// `[pools.health] check`.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+/// `[pools.health] check`; unset: `mcp` for a pool behind `[[routes]]`, `tcp` for one only
+/// behind `[[passthrough]]` (not an MCP server).
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckName {
-    #[default]
     Tcp,
     /// A 2026-07-28 `server/discover` POST (and, once per server, a legacy `initialize`):
     /// health and the revisions the member speaks.
@@ -113,7 +113,7 @@ pub enum CheckName {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthSection {
-    pub check: CheckName,
+    pub check: Option<CheckName>,
     /// Path for the `mcp` probe; default: the first route's path using this pool.
     pub path: Option<String>,
     pub interval_ms: NonZeroU64,
@@ -126,7 +126,7 @@ pub struct HealthSection {
 impl Default for HealthSection {
     fn default() -> Self {
         HealthSection {
-            check: CheckName::default(),
+            check: None,
             path: None,
             interval_ms: defaults::HEALTH_INTERVAL_MS,
             timeout_ms: defaults::HEALTH_TIMEOUT_MS,
