@@ -99,7 +99,15 @@ const SCOPE: &str = "mcp-edge";
 /// (the Kubernetes Downward API's `POD_NAME`, `POD_NAMESPACE`, `NODE_NAME`), and what
 /// `OTEL_RESOURCE_ATTRIBUTES` adds (`key=value,…`, percent-encoded; the edge's own keys win).
 fn resource(settings: &Settings) -> Vec<(String, String)> {
-    let env = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    resource_from(settings, |var| std::env::var(var).ok())
+}
+
+/// [`resource`] with the environment's variables from `var`.
+fn resource_from(
+    settings: &Settings,
+    var: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let env = |name: &str| var(name).filter(|v| !v.is_empty());
     let name = env("OTEL_SERVICE_NAME").unwrap_or_else(|| settings.service_name.clone());
     let version = env!("CARGO_PKG_VERSION");
     let mut ours: Vec<(&str, String)> = vec![
@@ -119,9 +127,14 @@ fn resource(settings: &Settings) -> Vec<(String, String)> {
             ours.push((key, v));
         }
     }
-    let mut attributes: Vec<(String, String)> = env("OTEL_RESOURCE_ATTRIBUTES")
-        .map(|v| environment_attributes(&v))
-        .unwrap_or_default();
+    let mut attributes: Vec<(String, String)> = Vec::new();
+    // A key given twice: the last one (a resource holds each key once).
+    for (k, v) in
+        env("OTEL_RESOURCE_ATTRIBUTES").map_or_else(Vec::new, |v| environment_attributes(&v))
+    {
+        attributes.retain(|(seen, _)| *seen != k);
+        attributes.push((k, v));
+    }
     attributes.retain(|(k, _)| !ours.iter().any(|(o, _)| o == k));
     attributes.extend(ours.into_iter().map(|(k, v)| (k.to_owned(), v)));
     attributes
@@ -159,5 +172,37 @@ mod tests {
                 ("k".to_owned(), "%zz".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn the_resource_holds_each_key_once_and_the_edges_own_win() {
+        let settings = Settings {
+            endpoint: "http://c/v1/traces".into(),
+            sample_ratio: 1.0,
+            queue_spans: 1,
+            batch_spans: 1,
+            flush: Duration::from_secs(1),
+            export_timeout: Duration::from_secs(1),
+            service_name: "edge".into(),
+        };
+        let r = resource_from(&settings, |var| match var {
+            "OTEL_RESOURCE_ATTRIBUTES" => Some("a=1,service.name=x,a=2,k8s.pod.name=y".into()),
+            "POD_NAME" => Some("p-0".into()),
+            _ => None,
+        });
+        let get = |k: &str| {
+            let all: Vec<&String> = r
+                .iter()
+                .filter(|(key, _)| key == k)
+                .map(|(_, v)| v)
+                .collect();
+            assert!(all.len() <= 1, "{k} twice: {r:?}");
+            all.first().map(|v| v.as_str())
+        };
+        assert_eq!(get("a"), Some("2"), "the last one");
+        assert_eq!(get("service.name"), Some("edge"));
+        assert_eq!(get("k8s.pod.name"), Some("p-0"));
+        assert_eq!(get("service.instance.id"), Some("p-0"));
+        assert_eq!(get("k8s.node.name"), None);
     }
 }

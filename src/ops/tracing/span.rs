@@ -187,24 +187,40 @@ impl Sampler {
     }
 }
 
+thread_local! {
+    /// Each thread's generator of ids, seeded from the operating system's randomness (through
+    /// `ring`), not from the clock as `fastrand`'s own would be.
+    static IDS: std::cell::RefCell<fastrand::Rng> = std::cell::RefCell::new(seeded());
+}
+
+fn seeded() -> fastrand::Rng {
+    use ring::rand::SecureRandom as _;
+    let mut seed = [0u8; 8];
+    if ring::rand::SystemRandom::new().fill(&mut seed).is_err() {
+        // No system randomness (it does not fail on Linux): the clock's, as fastrand's own.
+        return fastrand::Rng::new();
+    }
+    fastrand::Rng::with_seed(u64::from_le_bytes(seed))
+}
+
 /// A random trace id, never the invalid all-zero one.
 fn new_trace_id() -> TraceId {
-    loop {
-        let id = fastrand::u128(..);
+    IDS.with_borrow_mut(|rng| loop {
+        let id = rng.u128(..);
         if id != 0 {
             return TraceId::from(id);
         }
-    }
+    })
 }
 
 /// A random span id, never the invalid all-zero one.
 fn new_span_id() -> SpanId {
-    loop {
-        let id = fastrand::u64(..);
+    IDS.with_borrow_mut(|rng| loop {
+        let id = rng.u64(..);
         if id != 0 {
             return SpanId::from(id);
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -64,6 +64,19 @@ pub struct State {
     ended: bool,
 }
 
+/// A request dropped before its logging phase (a task cancelled at shutdown) still exports
+/// the spans it started, as they stand.
+impl Drop for State {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            self.tracing.end(client);
+        }
+        if let Some(server) = self.server.take() {
+            self.tracing.end(server);
+        }
+    }
+}
+
 pub struct Trace;
 
 impl Stage for Trace {
