@@ -98,7 +98,8 @@ pub struct Access {
     /// Pass the client's `Authorization` upstream.
     pub forward_credential: bool,
     pub policy: Option<policy::Policy>,
-    pub absent_as: crate::mcp::absent::AbsentAs,
+    /// Set: the catalogue's answers for this SDK, whatever was learned.
+    pub absent_as: Option<crate::mcp::absent::AbsentAs>,
     pub rate: Option<rate::RateLimit>,
 }
 

@@ -10,6 +10,7 @@ pub mod era;
 pub mod headers;
 pub mod json;
 pub mod jsonrpc;
+pub mod learned;
 pub mod lists;
 pub mod media;
 pub mod message;

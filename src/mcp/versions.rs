@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::learned::AbsentAnswers;
 use crate::error::EdgeError;
 
 /// What one member says it speaks, from its `mcp` health checks.
@@ -20,6 +21,10 @@ pub struct Speaks {
     /// Times the legacy question was asked of this identity without an answer that settles
     /// it (asked at most [`Speaks::LEGACY_ATTEMPTS`] times).
     pub legacy_attempts: u8,
+    /// What this identity answers for absent entries (asked once per identity).
+    pub absent: Option<Arc<AbsentAnswers>>,
+    /// Times the absent entries were asked about without a whole answer.
+    pub absent_attempts: u8,
 }
 
 impl Speaks {
@@ -36,6 +41,10 @@ pub struct Spoken {
     /// `Some(false)` when every member asked refused a legacy `initialize`, `Some(true)`
     /// when every one accepted it; members that disagree leave it unknown.
     pub legacy: Option<bool>,
+    /// What the members answer for absent entries, when every member that was asked is the
+    /// same server identity (members that differ, a rollout, leave it unknown: the route's
+    /// `absent_as` catalogue answers then).
+    pub absent: Option<Arc<AbsentAnswers>>,
 }
 
 impl Spoken {
@@ -43,7 +52,16 @@ impl Spoken {
     pub fn combine<'a>(members: impl IntoIterator<Item = &'a Speaks>) -> Spoken {
         let mut spoken = Spoken::default();
         let mut legacy_votes = (0usize, 0usize);
+        // The learned answers, while every member that has them agrees.
+        let mut absent: Option<Option<&Arc<AbsentAnswers>>> = None;
         for m in members {
+            if let Some(learned) = &m.absent {
+                absent = match absent {
+                    None => Some(Some(learned)),
+                    Some(Some(seen)) if seen == learned => Some(Some(seen)),
+                    Some(_) => Some(None),
+                };
+            }
             if let Some(modern) = &m.modern {
                 spoken.modern = Some(match spoken.modern.take() {
                     None => modern.clone(),
@@ -67,6 +85,7 @@ impl Spoken {
             (0, _) => Some(false),
             _ => None,
         };
+        spoken.absent = absent.flatten().cloned();
         spoken
     }
 }

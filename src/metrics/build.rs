@@ -288,6 +288,11 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
             "Protocol revisions a pool's healthy members speak (1) or refuse (0), from their server/discover answers and a legacy initialize",
             &["pool", "revision"],
         )?,
+        absent_learned: r.gauge(
+            "mcp_edge_pool_absent_answers_learned",
+            "Entry kinds (tool, prompt, resource) whose answer for an absent one was learned from a pool's servers, by era: what policy answers for a hidden entry on a route without absent_as",
+            &["pool", "era"],
+        )?,
     })
 }
 

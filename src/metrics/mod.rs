@@ -154,6 +154,9 @@ pub struct PoolMetrics {
     /// Whether a pool's healthy members speak a revision (1) or not (0), as their `mcp`
     /// health checks told; no series while nobody has said.
     pub revisions: IntGaugeVec,
+    /// How many of the three absent answers (tool, prompt, resource) were learned from a
+    /// pool's servers, by era (`modern`, `legacy`); no series while none is.
+    pub absent_learned: IntGaugeVec,
     /// The edge's own replicas (`[fleet]`): known and live.
     pub fleet: IntGaugeVec,
 }

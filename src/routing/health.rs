@@ -13,6 +13,8 @@ use pingora::protocols::Stream;
 use serde_json::Value;
 
 use super::{CheckKind, Member, Pool};
+
+mod absent;
 use crate::mcp::versions::Speaks;
 use crate::metrics;
 
@@ -78,6 +80,7 @@ pub async fn check_pool(pool: &Pool) {
             .inc();
         if ok {
             learn_legacy(pool, member).await;
+            absent::learn(pool, member).await;
         }
     });
     futures::future::join_all(checks).await;
@@ -138,13 +141,7 @@ fn learn_modern(pool: &Pool, member: &Member, reply: Option<&Value>) {
     });
     let identity = result
         .and_then(|r| r.pointer("/_meta/io.modelcontextprotocol~1serverInfo"))
-        .map(|info| {
-            let field = |k: &str| {
-                let v = info.get(k).and_then(Value::as_str).unwrap_or("");
-                v.chars().take(64).collect::<String>()
-            };
-            format!("{} {}", field("name"), field("version"))
-        });
+        .map(identity);
     let Ok(mut speaks) = member.speaks.lock() else {
         return;
     };
@@ -160,8 +157,19 @@ fn learn_modern(pool: &Pool, member: &Member, reply: Option<&Value>) {
         speaks.identity = identity;
         speaks.legacy = None;
         speaks.legacy_attempts = 0;
+        speaks.absent = None;
+        speaks.absent_attempts = 0;
     }
     speaks.modern = modern;
+}
+
+/// A server's identity from its `serverInfo`: name and version, at most 64 characters each.
+fn identity(info: &Value) -> String {
+    let field = |k: &str| {
+        let v = info.get(k).and_then(Value::as_str).unwrap_or("");
+        v.chars().take(64).collect::<String>()
+    };
+    format!("{} {}", field("name"), field("version"))
 }
 
 /// Revisions kept from one answer (a member cannot make the edge hold or log more).
@@ -231,6 +239,10 @@ async fn learn_legacy(pool: &Pool, member: &Member) {
         speaks.legacy = legacy;
         // An answer came: whatever it said, the question is settled for this server.
         speaks.legacy_attempts = Speaks::LEGACY_ATTEMPTS;
+        // A legacy-only server says who it is here, not in a discover answer.
+        if speaks.identity.is_none() {
+            speaks.identity = reply.pointer("/result/serverInfo").map(identity);
+        }
     }
 }
 
@@ -279,6 +291,13 @@ impl Answer {
     /// The JSON-RPC reply with `id`, from a JSON or an SSE body: at most [`MAX_ANSWER`] is
     /// read, and reading stops once the reply is complete (an SSE answer may stay open).
     async fn reply(&mut self, id: &str) -> Option<Value> {
+        let (text, _) = self.message(id).await?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// [`Answer::reply`] as the member wrote it: the JSON body, or the SSE event's data
+    /// (and whether that event's lines ended in CRLF).
+    async fn message(&mut self, id: &str) -> Option<(String, bool)> {
         let mut read = Vec::new();
         while read.len() < MAX_ANSWER {
             match self.http.read_body_ref().await {
@@ -294,9 +313,9 @@ impl Answer {
         if self.sse {
             return sse_reply(&read, id);
         }
-        serde_json::from_slice::<Value>(&read)
-            .ok()
-            .filter(|v| v.get("id").and_then(Value::as_str) == Some(id))
+        let text = String::from_utf8(read).ok()?;
+        let v = serde_json::from_str::<Value>(&text).ok()?;
+        (v.get("id").and_then(Value::as_str) == Some(id)).then_some((text, false))
     }
 }
 
@@ -349,11 +368,12 @@ async fn exchange(
     })
 }
 
-/// The JSON-RPC message with `id` among the complete events of an SSE body.
-fn sse_reply(body: &[u8], id: &str) -> Option<Value> {
-    let text = String::from_utf8_lossy(body)
-        .replace("\r\n", "\n")
-        .replace('\r', "\n");
+/// The JSON-RPC message with `id` among the complete events of an SSE body: its data as
+/// written, and whether the body's lines end in CRLF.
+fn sse_reply(body: &[u8], id: &str) -> Option<(String, bool)> {
+    let raw = String::from_utf8_lossy(body);
+    let crlf = raw.contains("\r\n");
+    let text = raw.replace("\r\n", "\n").replace('\r', "\n");
     // The last piece may be an incomplete event.
     let mut events: Vec<&str> = text.split("\n\n").collect();
     events.pop();
@@ -363,9 +383,9 @@ fn sse_reply(body: &[u8], id: &str) -> Option<Value> {
             .filter_map(|l| l.strip_prefix("data:"))
             .map(|d| d.strip_prefix(' ').unwrap_or(d))
             .collect();
-        serde_json::from_str::<Value>(&data.join("\n"))
-            .ok()
-            .filter(|v| v.get("id").and_then(Value::as_str) == Some(id))
+        let data = data.join("\n");
+        let v = serde_json::from_str::<Value>(&data).ok()?;
+        (v.get("id").and_then(Value::as_str) == Some(id)).then_some((data, crlf))
     })
 }
 
@@ -376,8 +396,8 @@ mod tests {
     #[test]
     fn finds_the_reply_among_complete_sse_events() {
         let body = b"event: message\r\nid: 1\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\r\n\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"x\",\r\ndata: \"result\":{}}\n\n";
-        let reply = sse_reply(body, "x").expect("reply");
-        assert!(reply.get("result").is_some());
+        let (reply, crlf) = sse_reply(body, "x").expect("reply");
+        assert!(reply.contains("\"result\"") && crlf);
         assert!(sse_reply(body, "y").is_none());
         // The same event without its blank line is not complete yet.
         assert!(sse_reply(&body[..body.len() - 1], "x").is_none());

@@ -246,6 +246,9 @@ impl Pool {
             );
             publish::spoken(&self.name, &spoken);
         }
+        if before.absent != spoken.absent {
+            publish::absent(&self.name, &spoken);
+        }
         self.spoken.store(Arc::new(spoken));
     }
 

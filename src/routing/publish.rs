@@ -56,6 +56,30 @@ pub fn spoken(pool: &str, spoken: &Spoken) {
     }
 }
 
+/// What a pool's servers were learned to answer for absent entries.
+pub fn absent(pool: &str, spoken: &Spoken) {
+    let m = metrics::get();
+    for (era, modern) in [("modern", true), ("legacy", false)] {
+        let learned = spoken.absent.as_ref().map(|a| {
+            let answers = a.era(modern);
+            crate::mcp::learned::KINDS
+                .iter()
+                .filter(|(kind, _)| answers.get(*kind).is_some())
+                .count()
+        });
+        match learned {
+            Some(n) if n > 0 => m
+                .pools
+                .absent_learned
+                .with_label_values(&[pool, era])
+                .set(n as i64),
+            _ => {
+                let _ = m.pools.absent_learned.remove_label_values(&[pool, era]);
+            }
+        }
+    }
+}
+
 /// Drop every series of a pool that no longer exists (after a reload removed it).
 pub fn forget_pool(name: &str) {
     let m = metrics::get();
@@ -67,6 +91,9 @@ pub fn forget_pool(name: &str) {
     let _ = m.pools.pool_members.remove_label_values(&[name]);
     for revision in crate::mcp::revisions() {
         let _ = m.pools.revisions.remove_label_values(&[name, revision]);
+    }
+    for era in ["modern", "legacy"] {
+        let _ = m.pools.absent_learned.remove_label_values(&[name, era]);
     }
     let Ok(mut published) = m.published.lock() else {
         return;

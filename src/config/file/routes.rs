@@ -42,8 +42,9 @@ pub struct RouteSection {
     /// Rules, first match decides (see docs/design.md).
     #[serde(default)]
     pub policy: Vec<PolicyRuleSection>,
-    #[serde(default)]
-    pub absent_as: crate::mcp::absent::AbsentAs,
+    /// How a hidden entry is answered: as this SDK answers an absent one; unset, as the
+    /// pool's servers themselves answer (learned by the `mcp` check), else as `typescript`.
+    pub absent_as: Option<crate::mcp::absent::AbsentAs>,
     pub rate_limit: Option<RateLimitSection>,
 }
 

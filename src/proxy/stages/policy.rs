@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::error::{EdgeError, Rejection};
 use crate::identity::policy::Grant;
 use crate::mcp::absent::{self, AbsentAs};
+use crate::mcp::learned::{AbsentAnswers, KINDS};
 use crate::mcp::lists::{self, ListFilter, LIST_METHODS};
 use crate::mcp::media::{self, Media};
 use crate::mcp::rules::{Era, Verdict};
@@ -121,7 +122,12 @@ fn police(a: &mut Admission<'_>, route: &Route, state: &mut State) -> Result<Flo
                 .policy_refusals
                 .with_label_values(&[route.name.as_str(), state.grant.rule()])
                 .inc();
-            let hidden = hidden(a, route.access.absent_as, method, target);
+            let spoken = route.pool.spoken.load();
+            let answers = Answers {
+                style: route.access.absent_as,
+                learned: spoken.absent.as_deref(),
+            };
+            let hidden = hidden(a, &answers, method, target);
             match hidden.map_err(|e| Rejection::with_id(e, id))? {
                 Hidden::Answer(answer) => Ok(Flow::Answer(answer)),
                 Hidden::Disguised(body) => {
@@ -165,11 +171,56 @@ enum Hidden {
     Disguised(Vec<u8>),
 }
 
+/// Where the answer for a hidden entry comes from: the route's `absent_as` (an override),
+/// else what the pool's servers were learned to answer, else the `typescript` catalogue.
+struct Answers<'a> {
+    style: Option<AbsentAs>,
+    learned: Option<&'a AbsentAnswers>,
+}
+
+impl Answers<'_> {
+    /// Status and JSON-RPC message for `method` naming `target`, in `modern`'s era; whether
+    /// it was learned (then its SSE line ends are the server's too).
+    fn answer(
+        &self,
+        modern: bool,
+        method: &str,
+        target: &Target,
+        id: &serde_json::Value,
+    ) -> (u16, String) {
+        let learned = self
+            .learned
+            .filter(|_| self.style.is_none())
+            .filter(|_| KINDS.iter().any(|(k, m)| *k == target.kind && *m == method))
+            .and_then(|l| l.era(modern).get(target.kind));
+        match learned {
+            Some(l) => (l.status, l.render(id, &target.value)),
+            None => {
+                absent::absent_answer(self.style.unwrap_or_default(), modern, method, target, id)
+            }
+        }
+    }
+
+    /// A legacy answer's SSE line end.
+    fn eol(&self) -> &'static str {
+        let crlf = match (self.style, self.learned) {
+            (Some(style), _) => style == AbsentAs::Python,
+            (None, Some(l)) if !l.legacy.is_empty() => l.legacy_crlf,
+            (None, _) => false,
+        };
+        if crlf {
+            "\r\n"
+        } else {
+            "\n"
+        }
+    }
+}
+
 /// A request naming a hidden entry: answered as the server answers an absent one, or sent
 /// on disguised where the edge cannot give that answer exactly (see the module doc).
 fn hidden(
     a: &Admission<'_>,
-    style: AbsentAs,
+    answers: &Answers<'_>,
     method: &str,
     target: &Target,
 ) -> Result<Hidden, EdgeError> {
@@ -203,21 +254,17 @@ fn hidden(
     if bridged {
         // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
         // no session header (the bridge's own token is the client's session).
-        let (_, json) = absent::absent_answer(style, true, method, target, id);
+        let (_, json) = answers.answer(true, method, target, id);
         let json = json.replace(",\"resultType\":\"complete\"", "");
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
-    let (status, json) = absent::absent_answer(style, modern, method, target, id);
+    let (status, json) = answers.answer(modern, method, target, id);
     if modern {
         return Ok(Hidden::Answer(Answer::json(status, json)));
     }
     // Legacy servers answer a POST that accepts an event stream with one (Python with CRLF
     // line ends), echoing the session.
-    let eol = if style == AbsentAs::Python {
-        "\r\n"
-    } else {
-        "\n"
-    };
+    let eol = answers.eol();
     Ok(Hidden::Answer(Answer {
         content_type: media::EVENT_STREAM,
         session: req.headers.get(crate::mcp::headers::SESSION_ID).cloned(),

@@ -1,0 +1,252 @@
+//! Answers for absent entries, learned from the servers themselves: the `mcp` health check
+//! asks each server identity once, per era, for a tool, a prompt and a resource no server has
+//! ([`probe`]), and keeps what it answers as a template ([`Learned`]) whose request id and
+//! name are holes. Policy fills them for an entry it hides ([`Learned::render`]): the answer
+//! is then the server's own, byte for byte, whatever its SDK or version. `absent_as` (the
+//! catalogue in [`super::absent`]) stays an override, and the fallback while nothing is
+//! learned.
+
+use serde_json::Value;
+
+use super::target::Kind;
+
+/// The kinds of entry a policy hides, with the method that names one.
+pub const KINDS: [(Kind, &str); 3] = [
+    (Kind::Tool, "tools/call"),
+    (Kind::Prompt, "prompts/get"),
+    (Kind::Resource, "resources/read"),
+];
+
+/// The longest answer kept (a server's answer for an absent entry is a line or two).
+const MAX_ANSWER: usize = 4096;
+
+/// One probe: the name it asks for (no server has it: random) and its request id.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub name: String,
+    pub id: String,
+}
+
+impl Probe {
+    /// A probe for `kind`: a tool or prompt named `mcp-edge-absent-<hex>`, a resource
+    /// `mcp-edge-absent:<hex>` (a URI of a scheme of its own). Letters, digits, `-` and `:`
+    /// only: no JSON encoder escapes them, so they appear in an answer as sent.
+    pub fn new(kind: Kind, token: u64) -> Probe {
+        let name = match kind {
+            Kind::Resource => format!("mcp-edge-absent:{token:016x}"),
+            _ => format!("mcp-edge-absent-{token:016x}"),
+        };
+        Probe {
+            name,
+            id: format!("mcp-edge-absent-probe-{token:016x}"),
+        }
+    }
+
+    /// The JSON-RPC request for `method` naming the probe's entry; `modern`: with the
+    /// 2026-07-28 `_meta` envelope.
+    pub fn body(&self, method: &str, kind: Kind, modern: bool) -> String {
+        let key = if kind == Kind::Resource {
+            "uri"
+        } else {
+            "name"
+        };
+        let meta = if modern {
+            r#","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}"#
+        } else {
+            ""
+        };
+        let arguments = if kind == Kind::Tool {
+            r#","arguments":{}"#
+        } else {
+            ""
+        };
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","method":"{method}","params":{{"{key}":"{}"{arguments}{meta}}}}}"#,
+            self.id, self.name
+        )
+    }
+}
+
+/// A piece of a learned answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    /// The request's id, as JSON.
+    Id,
+    /// The entry's name, as the inside of a JSON string.
+    Name,
+}
+
+/// A server's answer to a request naming an entry it does not have: its HTTP status and
+/// its JSON-RPC message with the id and the name as holes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    pub status: u16,
+    parts: Vec<Part>,
+}
+
+impl Learned {
+    /// What `probe` was answered: `message`, one JSON-RPC message (a JSON body, or an SSE
+    /// event's data). `None` for anything that is not an answer to the probe (another id, a
+    /// 5xx, no `error` or `result`, the probe's token appearing other than as sent): the
+    /// catalogue stands then.
+    pub fn from_answer(probe: &Probe, status: u16, message: &str) -> Option<Learned> {
+        if status >= 500 || message.len() > MAX_ANSWER {
+            return None;
+        }
+        let v: Value = serde_json::from_str(message).ok()?;
+        let answers = v.get("id").and_then(Value::as_str) == Some(probe.id.as_str())
+            && (v.get("error").is_some() || v.get("result").is_some());
+        if !answers {
+            return None;
+        }
+        let quoted_id = format!("\"{}\"", probe.id);
+        let mut parts = Vec::new();
+        for (i, piece) in message.split(quoted_id.as_str()).enumerate() {
+            if i > 0 {
+                parts.push(Part::Id);
+            }
+            for (j, text) in piece.split(probe.name.as_str()).enumerate() {
+                if j > 0 {
+                    parts.push(Part::Name);
+                }
+                if !text.is_empty() {
+                    parts.push(Part::Text(text.to_owned()));
+                }
+            }
+        }
+        // The token anywhere else (escaped, cut, in another shape): a template would leak it.
+        let token = &probe.id[probe.id.len() - 16..];
+        let leaks = parts
+            .iter()
+            .any(|p| matches!(p, Part::Text(t) if t.contains(token)));
+        (!leaks).then_some(Learned { status, parts })
+    }
+
+    /// The answer for a request with `id` naming `name`.
+    pub fn render(&self, id: &Value, name: &str) -> String {
+        let id = id.to_string();
+        let quoted = Value::String(name.to_owned()).to_string();
+        let inner = &quoted[1..quoted.len() - 1];
+        let mut out = String::with_capacity(256);
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Id => out.push_str(&id),
+                Part::Name => out.push_str(inner),
+            }
+        }
+        out
+    }
+}
+
+/// What one server identity answers for absent entries, per era: a tool, a prompt, a
+/// resource (each `None` when its answer could not be learned).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AbsentAnswers {
+    /// The server identity they were learned from (`serverInfo` name and version).
+    pub identity: String,
+    pub modern: Answers,
+    pub legacy: Answers,
+    /// The legacy answers came as SSE events with CRLF line ends.
+    pub legacy_crlf: bool,
+}
+
+/// One era's learned answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answers {
+    pub tool: Option<Learned>,
+    pub prompt: Option<Learned>,
+    pub resource: Option<Learned>,
+}
+
+impl Answers {
+    pub fn get(&self, kind: Kind) -> Option<&Learned> {
+        match kind {
+            Kind::Tool => self.tool.as_ref(),
+            Kind::Prompt => self.prompt.as_ref(),
+            Kind::Resource => self.resource.as_ref(),
+        }
+    }
+
+    pub fn set(&mut self, kind: Kind, learned: Option<Learned>) {
+        match kind {
+            Kind::Tool => self.tool = learned,
+            Kind::Prompt => self.prompt = learned,
+            Kind::Resource => self.resource = learned,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tool.is_none() && self.prompt.is_none() && self.resource.is_none()
+    }
+}
+
+impl AbsentAnswers {
+    pub fn era(&self, modern: bool) -> &Answers {
+        if modern {
+            &self.modern
+        } else {
+            &self.legacy
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_becomes_a_template_with_the_id_and_the_name_as_holes() {
+        let p = Probe::new(Kind::Tool, 0xabc);
+        let answer = format!(
+            r#"{{"result":{{"content":[{{"type":"text","text":"MCP error -32602: Tool {} not found"}}],"isError":true}},"jsonrpc":"2.0","id":"{}"}}"#,
+            p.name, p.id
+        );
+        let learned = Learned::from_answer(&p, 200, &answer).unwrap();
+        assert_eq!(
+            learned.render(&serde_json::json!(7), "say \"hi\""),
+            r#"{"result":{"content":[{"type":"text","text":"MCP error -32602: Tool say \"hi\" not found"}],"isError":true},"jsonrpc":"2.0","id":7}"#
+        );
+        assert_eq!(
+            learned.render(&serde_json::json!("a"), "x"),
+            answer
+                .replace(&p.name, "x")
+                .replace(&format!("\"{}\"", p.id), "\"a\"")
+        );
+    }
+
+    #[test]
+    fn what_is_not_an_answer_to_the_probe_is_not_learned() {
+        let p = Probe::new(Kind::Resource, 1);
+        let ok = format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","error":{{"code":-32602,"message":"Unknown resource: {}","data":{{"uri":"{}"}}}}}}"#,
+            p.id, p.name, p.name
+        );
+        assert!(Learned::from_answer(&p, 400, &ok).is_some());
+        assert!(Learned::from_answer(&p, 500, &ok).is_none(), "a 5xx");
+        let other_id = ok.replace(&p.id, "1");
+        assert!(Learned::from_answer(&p, 200, &other_id).is_none());
+        let neither = format!(r#"{{"jsonrpc":"2.0","id":"{}"}}"#, p.id);
+        assert!(Learned::from_answer(&p, 200, &neither).is_none());
+        // The token in another shape (cut from its name here) would leak into every answer.
+        let token = &p.id[p.id.len() - 16..];
+        let leaky = ok.replace("Unknown resource", &format!("Unknown {token}"));
+        assert!(Learned::from_answer(&p, 200, &leaky).is_none());
+        assert!(Learned::from_answer(&p, 200, "not json").is_none());
+    }
+
+    #[test]
+    fn probes_name_what_no_server_has_in_both_eras() {
+        let p = Probe::new(Kind::Prompt, 0xfeed);
+        let modern: Value =
+            serde_json::from_str(&p.body("prompts/get", Kind::Prompt, true)).unwrap();
+        assert_eq!(modern["params"]["name"], p.name.as_str());
+        assert!(modern["params"]["_meta"].is_object());
+        let legacy: Value =
+            serde_json::from_str(&p.body("resources/read", Kind::Resource, false)).unwrap();
+        assert!(legacy["params"].get("_meta").is_none());
+        let tool: Value = serde_json::from_str(&p.body("tools/call", Kind::Tool, true)).unwrap();
+        assert_eq!(tool["params"]["arguments"], serde_json::json!({}));
+    }
+}

@@ -1,0 +1,189 @@
+//! Learning what a server answers for a tool, prompt and resource it does not have
+//! ([`crate::mcp::learned`]): once per server identity, after a good `mcp` check, in each era
+//! the member speaks. The probes name entries no server has (nothing runs); a legacy probe
+//! opens its own session and deletes it.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{exchange, Answer};
+use crate::mcp::learned::{AbsentAnswers, Answers, Learned, Probe, KINDS};
+use crate::mcp::target::Kind;
+use crate::mcp::versions::Speaks;
+use crate::routing::{CheckKind, Member, Pool};
+
+/// Times a server identity is asked before the edge gives up on it (the catalogue answers).
+const ATTEMPTS: u8 = 3;
+
+/// Ask `member` what it answers for absent entries, if its identity has not been asked yet.
+pub async fn learn(pool: &Pool, member: &Member) {
+    let CheckKind::Mcp { path } = &pool.health.check else {
+        return;
+    };
+    let (identity, modern, legacy) = {
+        let Ok(mut speaks) = member.speaks.lock() else {
+            return;
+        };
+        let due = speaks.absent.is_none() && speaks.absent_attempts < ATTEMPTS;
+        let Some(identity) = speaks.identity.clone().filter(|_| due) else {
+            return;
+        };
+        // Each era once its question is settled: a modern answer to discover, a legacy
+        // answer to initialize.
+        let modern = modern_spoken(&speaks);
+        if !modern && speaks.legacy.is_none() {
+            return;
+        }
+        speaks.absent_attempts += 1;
+        (identity, modern, speaks.legacy == Some(true))
+    };
+    let mut learned = AbsentAnswers {
+        identity,
+        ..AbsentAnswers::default()
+    };
+    if modern {
+        learned.modern = ask_modern(pool, member, path).await;
+    }
+    if legacy {
+        if let Some((answers, crlf)) = ask_legacy(pool, member, path).await {
+            learned.legacy = answers;
+            learned.legacy_crlf = crlf;
+        }
+    }
+    // Every era it speaks answered every probe: settled. Otherwise asked again next round.
+    let whole = (!modern || whole(&learned.modern)) && (!legacy || whole(&learned.legacy));
+    if learned.modern.is_empty() && learned.legacy.is_empty() {
+        return;
+    }
+    if let Ok(mut speaks) = member.speaks.lock() {
+        if speaks.identity.as_deref() != Some(learned.identity.as_str()) {
+            return;
+        }
+        log::info!(
+            "pool {}: learned what {} ({}) answers for absent tools, prompts and resources{}",
+            pool.name,
+            member.label,
+            learned.identity,
+            if whole { "" } else { " (in part)" }
+        );
+        if whole {
+            speaks.absent_attempts = ATTEMPTS;
+        }
+        speaks.absent = Some(Arc::new(learned));
+    }
+}
+
+fn modern_spoken(speaks: &Speaks) -> bool {
+    speaks
+        .modern
+        .as_ref()
+        .is_some_and(|list| list.iter().any(|v| v == "2026-07-28"))
+}
+
+fn whole(answers: &Answers) -> bool {
+    answers.tool.is_some() && answers.prompt.is_some() && answers.resource.is_some()
+}
+
+/// A token no server has seen: the probes' names are made of it.
+fn token() -> u64 {
+    use ring::rand::SecureRandom as _;
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u64::from_le_bytes(b) | 1
+}
+
+/// The three probes as 2026-07-28 requests (stateless, with their mirrored headers).
+async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
+    let mut answers = Answers::default();
+    for (kind, method) in KINDS {
+        let probe = Probe::new(kind, token());
+        let headers = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+            ("mcp-name", probe.name.as_str()),
+        ];
+        let body = probe.body(method, kind, true);
+        let answer = ask(pool, member, path, &body, &headers, &probe).await;
+        answers.set(kind, answer.map(|(learned, _)| learned));
+    }
+    answers
+}
+
+/// The three probes in a legacy session of their own (initialize, initialized, the probes,
+/// DELETE); whether the answers' events ended their lines in CRLF.
+async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<(Answers, bool)> {
+    let t = pool.health.timeout;
+    let init = Probe::new(Kind::Tool, token());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":"{}","method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"mcp-edge-health","version":"1"}}}}}}"#,
+        init.id
+    );
+    let mut answer = tokio::time::timeout(t, exchange(pool, member, "POST", path, &body, &[]))
+        .await
+        .ok()??;
+    let session = answer.session.take();
+    let reply = tokio::time::timeout(t, answer.reply(&init.id))
+        .await
+        .ok()
+        .flatten();
+    let version = reply
+        .as_ref()
+        .and_then(|r| r.pointer("/result/protocolVersion"))
+        .and_then(Value::as_str)
+        .unwrap_or("2025-11-25")
+        .to_owned();
+    let mut headers = vec![("mcp-protocol-version", version.as_str())];
+    if let Some(s) = &session {
+        headers.push(("mcp-session-id", s.as_str()));
+    }
+    let learned = match reply {
+        Some(r) if r.get("result").is_some() => {
+            let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            let _ = tokio::time::timeout(
+                t,
+                exchange(pool, member, "POST", path, initialized, &headers),
+            )
+            .await;
+            let mut answers = Answers::default();
+            let mut crlf = false;
+            for (kind, method) in KINDS {
+                let probe = Probe::new(kind, token());
+                let body = probe.body(method, kind, false);
+                let answer = ask(pool, member, path, &body, &headers, &probe).await;
+                if let Some((learned, sse_crlf)) = answer {
+                    crlf |= sse_crlf;
+                    answers.set(kind, Some(learned));
+                }
+            }
+            Some((answers, crlf))
+        }
+        _ => None,
+    };
+    if session.is_some() {
+        // Best effort: a server without DELETE keeps the session until it expires.
+        let _ = tokio::time::timeout(t, exchange(pool, member, "DELETE", path, "", &headers)).await;
+    }
+    learned
+}
+
+/// One probe's answer, learned (and whether it came as an SSE event with CRLF line ends).
+async fn ask(
+    pool: &Pool,
+    member: &Member,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+    probe: &Probe,
+) -> Option<(Learned, bool)> {
+    let t = pool.health.timeout;
+    let mut answer: Answer =
+        tokio::time::timeout(t, exchange(pool, member, "POST", path, body, headers))
+            .await
+            .ok()??;
+    let (message, crlf) = tokio::time::timeout(t, answer.message(&probe.id))
+        .await
+        .ok()??;
+    let learned = Learned::from_answer(probe, answer.status, &message)?;
+    Some((learned, answer.sse && crlf))
+}
