@@ -7,6 +7,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod fleet;
 pub mod identity;

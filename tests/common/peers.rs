@@ -170,6 +170,15 @@ pub fn otlp_receiver(args: &[&str]) -> Peer {
     Peer::spawn(c, "otlp-receiver")
 }
 
+/// `faulty-server.py --defect <defect>`: a 2026-07-28 server right in everything the doctor
+/// checks but one (`none`: in everything).
+pub fn faulty_server(defect: &str) -> Peer {
+    let mut c = Command::new(python());
+    c.current_dir(dir())
+        .args(["faulty-server.py", "--defect", defect, "--port", "0"]);
+    Peer::spawn(c, &format!("faulty-{defect}"))
+}
+
 /// `py-server.py` with extra args (e.g. `--transport streamable-http --stateless`).
 pub fn py_server(args: &[&str], instance: &str) -> Peer {
     let mut c = Command::new(python());

@@ -21,6 +21,8 @@ usage:
   mcp-edge demo [--port N]        start the edge in front of two built-in MCP servers
   mcp-edge --config <file>        run the edge
   mcp-edge --check <file>         validate a configuration file and exit
+  mcp-edge doctor URL | --config <file>
+                                  check MCP servers against the 2026-07-28 rules (doctor --help)
   mcp-edge --version | --help
 ";
 
@@ -31,6 +33,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(mcp_edge::stdio::launcher::SUBCOMMAND) {
         eprintln!("{}", mcp_edge::stdio::launcher::exec(&args[1..]));
         return ExitCode::from(127);
+    }
+    if args.first().map(String::as_str) == Some("doctor") {
+        return mcp_edge::doctor::main(&args[1..]);
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     match args

@@ -1,0 +1,224 @@
+//! `mcp-edge doctor --config FILE`: every check against every member of every HTTP pool, on
+//! the path of the first route that uses it; then what the configuration assumes and the
+//! servers contradict, with the fix.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::probe::Target;
+use super::{examine, Check, Finding, Options, Report, Status};
+use crate::config::Config;
+use crate::mcp::learned::{Learned, Probe};
+use crate::mcp::target::Kind;
+use crate::routing::Source;
+use crate::runtime::{EndpointKind, Route};
+
+const LEGACY_ROUTE: Check = Check {
+    id: "config-legacy",
+    title: "a route accepting legacy clients has servers that speak a legacy revision",
+    rule: "versions: legacy clients reach a modern-only pool only through the bridge",
+    fix: "set bridge_legacy = true on the route, or list only 2026-07-28 in its versions",
+};
+const SSE_ROUTE: Check = Check {
+    id: "config-sse-path",
+    title: "the route's sse_path is served by its members",
+    rule: "2024-11-05 HTTP+SSE: the edge forwards the GET stream to a member",
+    fix: "remove sse_path from the route, or point it at the path the servers serve HTTP+SSE on",
+};
+const VERSIONS: Check = Check {
+    id: "config-versions",
+    title: "the route's modern versions are spoken by its members",
+    rule: "versions: the route's list is narrowed to what the members speak",
+    fix: "list only revisions the servers name in supportedVersions (or \"auto\")",
+};
+const ABSENT: Check = Check {
+    id: "config-absent",
+    title: "a policy route's servers' answers for absent entries can be learned",
+    rule: "policy: a hidden entry is answered as the server answers an absent one (learned by the mcp check)",
+    fix: "set absent_as on the route to the servers' SDK (typescript, typescript-v1, python)",
+};
+
+/// A route, and its Streamable HTTP and HTTP+SSE paths.
+struct RouteUse {
+    route: Arc<Route>,
+    path: Option<String>,
+    sse: Option<String>,
+}
+
+fn routes_of(config: &Config) -> BTreeMap<String, RouteUse> {
+    let mut routes: BTreeMap<String, RouteUse> = BTreeMap::new();
+    for (path, endpoint) in &config.runtime.endpoints {
+        let entry = routes
+            .entry(endpoint.route.name.clone())
+            .or_insert_with(|| RouteUse {
+                route: endpoint.route.clone(),
+                path: None,
+                sse: None,
+            });
+        match endpoint.kind {
+            EndpointKind::Streamable => entry.path = Some(path.clone()),
+            EndpointKind::SseStream => entry.sse = Some(path.clone()),
+            _ => {}
+        }
+    }
+    routes
+}
+
+/// A pool's members now (a DNS pool resolved once); `None` for a stdio pool.
+async fn members_of(source: &Source) -> Option<Vec<SocketAddr>> {
+    match source {
+        Source::Static(addrs) => Some(addrs.clone()),
+        Source::Dns { name, .. } => Some(
+            tokio::net::lookup_host(name.as_str())
+                .await
+                .map(Iterator::collect)
+                .unwrap_or_default(),
+        ),
+        Source::Stdio(_) => None,
+    }
+}
+
+const STDIO: Check = Check {
+    id: "stdio",
+    title: "a stdio pool",
+    rule: "stdio transport",
+    fix: "",
+};
+
+/// One report per member, then one for the configuration.
+pub async fn examine_file(file: &str, opts: &Options) -> Result<Vec<Report>, String> {
+    let config = Config::load(Path::new(file))
+        .map_err(|errs| format!("{file} is not a valid configuration: {}", errs.join("; ")))?;
+    let routes = routes_of(&config);
+    let mut reports = Vec::new();
+    let mut contradictions = Vec::new();
+    let mut names: Vec<&String> = config.runtime.pools.keys().collect();
+    names.sort();
+    for name in names {
+        let pool = &config.runtime.pools[name];
+        let using: Vec<&RouteUse> = routes
+            .values()
+            .filter(|u| u.route.pool.name == *name)
+            .collect();
+        let Some(path) = using.first().and_then(|u| u.path.as_deref()) else {
+            continue;
+        };
+        let Some(members) = members_of(&pool.source).await else {
+            reports.push(Report {
+                subject: format!("pool {name} (stdio)"),
+                findings: vec![STDIO.skip("the edge runs its processes and speaks to them itself: point the doctor at the edge's route")],
+            });
+            continue;
+        };
+        let scheme = if pool.tls.is_some() { "https" } else { "http" };
+        for addr in members {
+            let url = format!("{scheme}://{addr}{path}");
+            let mut options = opts.clone();
+            if let Some(host) = &pool.host {
+                options.headers.push(("host".into(), host.clone()));
+            }
+            let mut report = examine(&url, &options).await?;
+            report.subject = format!("pool {name}, member {addr}: {url}");
+            for u in &using {
+                let found = contradict(&u.route, u.sse.as_deref(), &report, &url, addr, opts).await;
+                contradictions.extend(found);
+            }
+            reports.push(report);
+        }
+    }
+    reports.push(Report {
+        subject: format!("{file}: what the configuration assumes"),
+        findings: contradictions,
+    });
+    Ok(reports)
+}
+
+/// What `route` assumes of the member at `url` that its report contradicts.
+async fn contradict(
+    route: &Route,
+    sse: Option<&str>,
+    report: &Report,
+    url: &str,
+    addr: SocketAddr,
+    opts: &Options,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let at = format!("route {} over {addr}", route.name);
+    let status = |id: &str| report.findings.iter().find(|f| f.id == id);
+    let modern_only = status("legacy-initialize")
+        .is_some_and(|f| f.status == Status::Pass && f.detail.starts_with("refused"));
+    if route.versions.configured_legacy() && !route.bridge {
+        out.push(if modern_only {
+            LEGACY_ROUTE.warn(format!("{at}: the route accepts legacy clients; the server refuses legacy initialize, so they get -32022"))
+        } else {
+            LEGACY_ROUTE.pass(format!("{at}: the server serves legacy"))
+        });
+    }
+    if let Some(path) = sse {
+        let served = status("http-sse").is_some_and(|f| f.status != Status::Skip);
+        out.push(if served {
+            SSE_ROUTE.pass(format!("{at}: {path} is served"))
+        } else {
+            SSE_ROUTE.fail(format!("{at}: sse_path {path} is not served by the member"))
+        });
+    }
+    let Ok(target) = Target::new(url, opts.headers.clone(), opts.timeout) else {
+        return out;
+    };
+    if let Ok(r) = target
+        .modern("doctor-config-discover", "server/discover", json!({}), &[])
+        .await
+    {
+        let spoken: Vec<String> = r
+            .result()
+            .and_then(|x| x.get("supportedVersions"))
+            .and_then(Value::as_array)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unspoken: Vec<&String> = route
+            .versions
+            .accepted
+            .iter()
+            .filter(|v| !crate::mcp::is_legacy_version(v) && !spoken.contains(v))
+            .collect();
+        if !spoken.is_empty() {
+            out.push(if unspoken.is_empty() {
+                VERSIONS.pass(format!("{at}: {}", spoken.join(", ")))
+            } else {
+                VERSIONS.warn(format!(
+                    "{at}: the route lists {unspoken:?}, the server speaks {spoken:?}"
+                ))
+            });
+        }
+    }
+    if route.access.policy.is_some() && route.access.absent_as.is_none() {
+        out.push(learnable(&target, &at).await);
+    }
+    out
+}
+
+/// Whether a probe for an absent tool is answered in a shape the edge can learn.
+async fn learnable(t: &Target, at: &str) -> Finding {
+    let probe = Probe::new(Kind::Tool, 0x5eed);
+    let params = json!({"name": probe.name, "arguments": {}});
+    match t.modern(&probe.id, "tools/call", params, &[]).await {
+        Ok(r) => match r.message.as_ref().map(Value::to_string) {
+            Some(text) if Learned::from_answer(&probe, r.status, &text).is_some() => {
+                ABSENT.pass(format!("{at}: learnable"))
+            }
+            _ => ABSENT.warn(format!(
+                "{at}: {}: the catalogue (typescript) would answer",
+                r.brief()
+            )),
+        },
+        Err(e) => ABSENT.warn(format!("{at}: {e}")),
+    }
+}
