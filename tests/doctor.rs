@@ -216,3 +216,70 @@ fn http_sse_posts_are_answered_on_their_stream_direct_and_through_the_edge() {
     }
     assert_eq!(server.stderr_lines("TOOL "), 0, "no tool ran");
 }
+
+#[test]
+fn stdio_pools_are_checked_as_the_edge_runs_them() {
+    let server = common::peers::dir()
+        .join("ts-server.mjs")
+        .display()
+        .to_string();
+    let pool = |name: &str, extra: &str| {
+        format!(
+            "[[pools]]\nname = \"{name}\"\ncommand = [\"node\", \"{server}\", \"--mode\", \"stdio\", \"--instance\", \"{name}\"{extra}]\nstop_grace_ms = 500\n\n\
+             [[routes]]\npath = \"/{name}\"\npool = \"{name}\"\n\n"
+        )
+    };
+    let path = temp_config();
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:{}\"\n\n{}\n{}{}",
+        free_port(),
+        sessions_section(&format!("1:{KEY_A}")),
+        pool("polite", ""),
+        pool("lingering", ", \"--linger\"")
+    );
+    std::fs::write(&path, &text).unwrap();
+    let (doc, code) = doctor(&["--config", &path.display().to_string()]);
+    let report = |name: &str| {
+        doc["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["subject"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("pool {name} (stdio)"))
+            })
+            .unwrap_or_else(|| panic!("no report for {name}: {doc:#}"))
+            .clone()
+    };
+    let status = |r: &Value, id: &str| {
+        r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .map(|f| f["status"].as_str().unwrap().to_owned())
+    };
+    let polite = report("polite");
+    for id in [
+        "stdio-initialize",
+        "stdio-tools-list",
+        "stdio-absent-tool",
+        "stdio-stdout",
+        "stdio-stop",
+    ] {
+        assert_eq!(
+            status(&polite, id).as_deref(),
+            Some("PASS"),
+            "{id}: {polite:#}"
+        );
+    }
+    let lingering = report("lingering");
+    assert_eq!(
+        status(&lingering, "stdio-stop").as_deref(),
+        Some("WARN"),
+        "outlives its stdin, stops on SIGTERM: {lingering:#}"
+    );
+    assert_eq!(code, 0, "nothing failed");
+}

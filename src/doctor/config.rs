@@ -82,13 +82,6 @@ async fn members_of(source: &Source) -> Option<Vec<SocketAddr>> {
     }
 }
 
-const STDIO: Check = Check {
-    id: "stdio",
-    title: "a stdio pool",
-    rule: "stdio transport",
-    fix: "",
-};
-
 /// One report per member, then one for the configuration.
 pub async fn examine_file(file: &str, opts: &Options) -> Result<Vec<Report>, String> {
     let config = Config::load(Path::new(file))
@@ -108,10 +101,12 @@ pub async fn examine_file(file: &str, opts: &Options) -> Result<Vec<Report>, Str
             continue;
         };
         let Some(members) = members_of(&pool.source).await else {
-            reports.push(Report {
-                subject: format!("pool {name} (stdio)"),
-                findings: vec![STDIO.skip("the edge runs its processes and speaks to them itself: point the doctor at the edge's route")],
-            });
+            if let Source::Stdio(spec) = &pool.source {
+                reports.push(Report {
+                    subject: format!("pool {name} (stdio): {}", spec.command.join(" ")),
+                    findings: super::stdio::examine(spec, opts.timeout).await,
+                });
+            }
             continue;
         };
         let scheme = if pool.tls.is_some() { "https" } else { "http" };

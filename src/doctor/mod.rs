@@ -15,6 +15,7 @@ mod config;
 mod legacy;
 mod modern;
 mod probe;
+mod stdio;
 
 pub use probe::Target;
 
