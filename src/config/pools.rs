@@ -118,6 +118,7 @@ fn health_policy(h: &HealthSection, default_path: String, serves_mcp: bool) -> H
             CheckName::None => CheckKind::None,
             CheckName::Mcp => CheckKind::Mcp {
                 path: h.path.clone().unwrap_or(default_path),
+                strict: h.check.is_some(),
             },
         },
         interval: Duration::from_millis(h.interval_ms.get()),

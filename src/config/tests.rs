@@ -224,7 +224,8 @@ fn an_mcp_pool_is_checked_as_one_unless_told_otherwise() {
     assert_eq!(
         c.runtime.pools["main"].health.check,
         CheckKind::Mcp {
-            path: "/mcp".into()
+            path: "/mcp".into(),
+            strict: false
         },
         "a pool behind [[routes]]: the MCP check, on the route's path"
     );
@@ -239,4 +240,13 @@ fn an_mcp_pool_is_checked_as_one_unless_told_otherwise() {
     );
     let c = Config::parse(&told).unwrap();
     assert_eq!(c.runtime.pools["main"].health.check, CheckKind::Tcp);
+    let c = Config::parse(&told.replace("\"tcp\"", "\"mcp\"")).unwrap();
+    assert_eq!(
+        c.runtime.pools["main"].health.check,
+        CheckKind::Mcp {
+            path: "/mcp".into(),
+            strict: true
+        },
+        "set: a 5xx answer is unhealthy"
+    );
 }

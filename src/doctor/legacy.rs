@@ -60,14 +60,31 @@ async fn initialize(t: &Target) -> Vec<Finding> {
         Err(e) => return vec![LEGACY_INIT.fail(e)],
     };
     let session = r.header("mcp-session-id").map(str::to_owned);
-    if let Some(s) = session.as_deref().filter(|s| !s.is_empty()) {
-        // The probe's session is not left behind.
-        let headers = [
-            ("mcp-session-id", s),
-            ("mcp-protocol-version", "2025-11-25"),
-        ];
-        let _ = t.other(http::Method::DELETE, None, &headers, true).await;
-    }
+    let negotiated = r
+        .result()
+        .and_then(|x| x.get("protocolVersion"))
+        .and_then(Value::as_str)
+        .unwrap_or("2025-11-25")
+        .to_owned();
+    // The probe's session is not left behind (at the revision it was opened with).
+    let deleted = match session.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => {
+            let headers = [
+                ("mcp-session-id", s),
+                ("mcp-protocol-version", negotiated.as_str()),
+            ];
+            let gone = t.other(http::Method::DELETE, None, &headers, true).await;
+            match gone {
+                Ok(g) if g.status < 300 => ", a session, deleted".to_owned(),
+                Ok(g) => format!(
+                    ", a session its DELETE did not end (HTTP {}: it expires on its own)",
+                    g.status
+                ),
+                Err(e) => format!(", a session its DELETE did not reach ({e})"),
+            }
+        }
+        None => ", stateless".to_owned(),
+    };
     let supported = r
         .message
         .as_ref()
@@ -79,18 +96,15 @@ async fn initialize(t: &Target) -> Vec<Finding> {
                 .get("protocolVersion")
                 .and_then(Value::as_str)
                 .unwrap_or("?");
-            LEGACY_INIT.pass(format!(
-                "served ({v}{})",
-                if session.is_some() {
-                    ", a session, deleted"
-                } else {
-                    ", stateless"
-                }
-            ))
+            LEGACY_INIT.pass(format!("served ({v}{deleted})"))
         }
         (400, _, Some(-32022)) if supported.is_some_and(|s| !s.is_empty()) => {
             LEGACY_INIT.pass("refused: 400 -32022 with the supported list (modern-only)")
         }
+        (401 | 403, _, _) => LEGACY_INIT.skip(format!(
+            "{}: it needs credentials (-H 'Authorization: …')",
+            r.brief()
+        )),
         _ => LEGACY_INIT.fail(r.brief()),
     };
     vec![finding]
@@ -250,6 +264,7 @@ async fn http_sse(t: &Target, path: Option<&str>) -> Vec<Finding> {
         ))];
     };
     let messages = join(&url, &endpoint);
+    initialize_sse(t, &mut stream, &messages).await;
     let name = absent_name("tool");
     let mut refused = Vec::new();
     for i in 1..=5 {
@@ -286,6 +301,20 @@ async fn http_sse(t: &Target, path: Option<&str>) -> Vec<Finding> {
     }
 }
 
+/// A session of the 2024-11-05 transport is initialized before anything else.
+async fn initialize_sse(t: &Target, stream: &mut super::probe::Stream, messages: &str) {
+    let init = json!({"jsonrpc":"2.0","id":"doctor-sse-init","method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"mcp-edge-doctor","version":env!("CARGO_PKG_VERSION")}}});
+    let _ = t.post_to(messages, &init.to_string()).await;
+    let initialized = |text: &str| {
+        events(text)
+            .iter()
+            .any(|m| m.get("id").and_then(Value::as_str) == Some("doctor-sse-init"))
+    };
+    stream.read_until(t.timeout, initialized).await;
+    let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    let _ = t.post_to(messages, &note.to_string()).await;
+}
+
 fn sse_url(url: &str, path: Option<&str>) -> String {
     let path = path.unwrap_or("/sse");
     match url
@@ -297,13 +326,9 @@ fn sse_url(url: &str, path: Option<&str>) -> String {
     }
 }
 
+/// The messages URL an `endpoint` event names, resolved against the stream's URL.
 fn join(base: &str, endpoint: &str) -> String {
-    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
-        return endpoint.to_owned();
-    }
-    let origin_end = base
-        .find("://")
-        .and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j))
-        .unwrap_or(base.len());
-    format!("{}{endpoint}", &base[..origin_end])
+    reqwest::Url::parse(base)
+        .and_then(|b| b.join(endpoint))
+        .map_or_else(|_| endpoint.to_owned(), String::from)
 }

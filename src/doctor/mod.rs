@@ -89,6 +89,8 @@ struct Options {
     timeout: Duration,
     listen_wait: Duration,
     sse_path: Option<String>,
+    /// The `Host` to name (a pool's `host`, `--config`).
+    host: Option<String>,
 }
 
 pub const USAGE: &str = "\
@@ -166,6 +168,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         timeout: Duration::from_secs(5),
         listen_wait: Duration::from_secs(20),
         sse_path: None,
+        host: None,
     };
     let mut it = args.iter();
     let millis = |v: Option<&String>, name: &str| -> Result<Duration, String> {
@@ -235,7 +238,8 @@ impl Report {
 
 /// Every check against one endpoint.
 async fn examine(url: &str, opts: &Options) -> Result<Report, String> {
-    let target = Target::new(url, opts.headers.clone(), opts.timeout)?;
+    let mut target = Target::new(url, opts.headers.clone(), opts.timeout)?;
+    target.host.clone_from(&opts.host);
     let mut findings = modern::run(&target, opts.listen_wait).await;
     findings.extend(legacy::run(&target, opts.sse_path.as_deref()).await);
     Ok(Report {

@@ -213,6 +213,9 @@ async fn sessions(t: &Target, first: &Result<Reply, String>) -> Finding {
             empty = true;
         } else {
             issued += 1;
+            // Not left behind by the doctor at least (best effort).
+            let headers = [("mcp-session-id", s.as_str())];
+            let _ = t.other(http::Method::DELETE, None, &headers, true).await;
         }
     }
     if empty {

@@ -19,6 +19,8 @@ pub struct Target {
     /// `Name: value` headers sent with every request (credentials), unless a check asks
     /// without them.
     pub headers: Vec<(String, String)>,
+    /// The `Host` every request names (a pool's `host`), credentials or not.
+    pub host: Option<String>,
     pub timeout: Duration,
     client: reqwest::Client,
 }
@@ -81,6 +83,7 @@ impl Target {
         Ok(Target {
             url: url.to_owned(),
             headers,
+            host: None,
             timeout,
             client,
         })
@@ -173,6 +176,9 @@ impl Target {
         credentials: bool,
         id: &str,
     ) -> Result<Reply, String> {
+        if let Some(host) = &self.host {
+            rb = rb.header("host", host.as_str());
+        }
         if credentials {
             for (k, v) in &self.headers {
                 if !headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k)) {
@@ -243,6 +249,9 @@ impl Target {
             .header("mcp-protocol-version", MODERN)
             .header("mcp-method", "subscriptions/listen")
             .body(body.to_string());
+        if let Some(host) = &self.host {
+            rb = rb.header("host", host.as_str());
+        }
         for (k, v) in &self.headers {
             rb = rb.header(k.as_str(), v.as_str());
         }
@@ -296,7 +305,10 @@ impl Target {
         for (k, v) in &self.headers {
             rb = rb.header(k.as_str(), v.as_str());
         }
-        let resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
+        let resp = tokio::time::timeout(self.timeout, rb.send())
+            .await
+            .map_err(|_| format!("no answer head within {} ms", self.timeout.as_millis()))?
+            .map_err(|e| format!("no answer: {e}"))?;
         let sse = resp
             .headers()
             .get("content-type")
@@ -308,18 +320,29 @@ impl Target {
         }))
     }
 
-    /// A POST of `body` to another URL (an HTTP+SSE messages endpoint): its status.
+    /// A POST of `body` to another URL (an HTTP+SSE messages endpoint): its status. The
+    /// caller's headers (credentials) go only to the URL's own origin.
     pub async fn post_to(&self, url: &str, body: &str) -> Result<u16, String> {
         let mut rb = self
             .client
             .post(url)
             .header("content-type", "application/json")
             .body(body.to_owned());
-        for (k, v) in &self.headers {
-            rb = rb.header(k.as_str(), v.as_str());
+        if same_origin(url, &self.url) {
+            for (k, v) in &self.headers {
+                rb = rb.header(k.as_str(), v.as_str());
+            }
         }
         let resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
         Ok(resp.status().as_u16())
+    }
+}
+
+/// Whether two URLs share scheme, host and port.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
     }
 }
 

@@ -20,6 +20,10 @@ pub const KINDS: [(Kind, &str); 3] = [
 /// The longest answer kept (a server's answer for an absent entry is a line or two).
 const MAX_ANSWER: usize = 4096;
 
+/// Holes (the id and the name, where they appear) an answer may have: the SDKs' have at
+/// most three.
+const MAX_HOLES: usize = 6;
+
 /// One probe: the name it asks for (no server has it: random) and its request id.
 #[derive(Debug, Clone)]
 pub struct Probe {
@@ -87,17 +91,20 @@ pub struct Learned {
 
 impl Learned {
     /// What `probe` was answered: `message`, one JSON-RPC message (a JSON body, or an SSE
-    /// event's data). `None` for anything that is not an answer to the probe (another id, a
-    /// 5xx, no `error` or `result`, the probe's token appearing other than as sent): the
-    /// catalogue stands then.
+    /// event's data). `None` for anything that is not a "not found" answer to the probe:
+    /// another id, a status other than 200, 400 or 404, neither an `error` nor a `result`
+    /// with `isError: true` (a catch-all "success" must not make a hidden tool look
+    /// present), more holes than an answer needs, the probe's token or prefix appearing
+    /// other than as sent, or a template that does not render valid JSON with a name
+    /// given back intact. The catalogue stands then.
     pub fn from_answer(probe: &Probe, status: u16, message: &str) -> Option<Learned> {
-        if status >= 500 || message.len() > MAX_ANSWER {
+        if !matches!(status, 200 | 400 | 404) || message.len() > MAX_ANSWER {
             return None;
         }
         let v: Value = serde_json::from_str(message).ok()?;
-        let answers = v.get("id").and_then(Value::as_str) == Some(probe.id.as_str())
-            && (v.get("error").is_some() || v.get("result").is_some());
-        if !answers {
+        let not_found =
+            v.get("error").is_some() || v.pointer("/result/isError") == Some(&Value::Bool(true));
+        if v.get("id").and_then(Value::as_str) != Some(probe.id.as_str()) || !not_found {
             return None;
         }
         let quoted_id = format!("\"{}\"", probe.id);
@@ -115,15 +122,47 @@ impl Learned {
                 }
             }
         }
-        // The token anywhere else (escaped, cut, in another shape): a template would leak it.
+        // The token or the probe's prefix anywhere else (escaped, cut, in another shape): a
+        // template would leak it into every answer.
         let token = &probe.id[probe.id.len() - 16..];
-        let leaks = parts
-            .iter()
-            .any(|p| matches!(p, Part::Text(t) if t.contains(token)));
-        (!leaks).then_some(Learned { status, parts })
+        let leaks = parts.iter().any(
+            |p| matches!(p, Part::Text(t) if t.contains(token) || t.contains("mcp-edge-absent")),
+        );
+        let holes = parts.iter().filter(|p| !matches!(p, Part::Text(_))).count();
+        if leaks || holes > MAX_HOLES {
+            return None;
+        }
+        let learned = Learned { status, parts };
+        // Rendered for a name of quotes, backslashes and a line end, the answer must stay
+        // one valid JSON-RPC message carrying the name as given.
+        let tricky = "q\"\\\n";
+        let rendered: Value =
+            serde_json::from_str(&learned.render(&Value::from(7), tricky)).ok()?;
+        let names = learned.parts.contains(&Part::Name);
+        let intact = rendered.get("id") == Some(&Value::from(7))
+            && (!names || holds_text(&rendered, tricky));
+        intact.then_some(learned)
     }
 
-    /// The answer for a request with `id` naming `name`.
+    /// Whether any text of the answer names one of `names` (an answer listing what a server
+    /// has would show hidden entries to every principal).
+    pub fn mentions_any<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> bool {
+        let texts: Vec<&str> = self
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        names
+            .into_iter()
+            .filter(|n| n.len() >= 3)
+            .any(|n| texts.iter().any(|t| t.contains(n)))
+    }
+
+    /// The answer for a request with `id` naming `name` (a name is at most what a request
+    /// body holds, and an answer has at most [`MAX_HOLES`] of them).
     pub fn render(&self, id: &Value, name: &str) -> String {
         let id = id.to_string();
         let quoted = Value::String(name.to_owned()).to_string();
@@ -137,6 +176,18 @@ impl Learned {
             }
         }
         out
+    }
+}
+
+/// Whether a string (or key) anywhere in `v` contains `needle`.
+fn holds_text(v: &Value, needle: &str) -> bool {
+    match v {
+        Value::String(s) => s.contains(needle),
+        Value::Array(a) => a.iter().any(|x| holds_text(x, needle)),
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, x)| k.contains(needle) || holds_text(x, needle)),
+        _ => false,
     }
 }
 
@@ -234,6 +285,53 @@ mod tests {
         let leaky = ok.replace("Unknown resource", &format!("Unknown {token}"));
         assert!(Learned::from_answer(&p, 200, &leaky).is_none());
         assert!(Learned::from_answer(&p, 200, "not json").is_none());
+        // A catch-all "success" would make a hidden entry look present; a 401 would send
+        // clients into an authorization flow.
+        let success = format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","result":{{"content":[],"isError":false}}}}"#,
+            p.id
+        );
+        assert!(Learned::from_answer(&p, 200, &success).is_none());
+        assert!(Learned::from_answer(&p, 401, &ok).is_none());
+        let listing = ok.replace(
+            "Unknown resource",
+            "Unknown resource (we have: admin_purge, echo)",
+        );
+        let learned = Learned::from_answer(&p, 400, &listing).unwrap();
+        assert!(learned.mentions_any(["echo", "ab"]));
+        assert!(
+            !learned.mentions_any(["whoami", "ab"]),
+            "names under 3 bytes are not looked for"
+        );
+    }
+
+    #[test]
+    fn a_pool_replays_answers_only_when_every_member_has_the_same() {
+        use crate::mcp::versions::{Speaks, Spoken};
+        use std::sync::Arc;
+        let answers = |identity: &str| {
+            Some(Arc::new(AbsentAnswers {
+                identity: identity.into(),
+                ..AbsentAnswers::default()
+            }))
+        };
+        let member = |absent| Speaks {
+            absent,
+            ..Speaks::default()
+        };
+        let (a, a2, b, none) = (
+            member(answers("a 1")),
+            member(answers("a 1")),
+            member(answers("b 2")),
+            member(None),
+        );
+        assert!(Spoken::combine([&a, &a2]).absent.is_some());
+        assert!(Spoken::combine([&a, &b]).absent.is_none(), "a rollout");
+        assert!(
+            Spoken::combine([&a, &none]).absent.is_none(),
+            "one not learned yet"
+        );
+        assert!(Spoken::combine([&none, &a]).absent.is_none());
     }
 
     #[test]

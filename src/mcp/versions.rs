@@ -52,16 +52,15 @@ impl Spoken {
     pub fn combine<'a>(members: impl IntoIterator<Item = &'a Speaks>) -> Spoken {
         let mut spoken = Spoken::default();
         let mut legacy_votes = (0usize, 0usize);
-        // The learned answers, while every member that has them agrees.
+        // The learned answers, when every member has them and they agree: a member not
+        // learned yet, or another server (a rollout), leaves them unknown.
         let mut absent: Option<Option<&Arc<AbsentAnswers>>> = None;
         for m in members {
-            if let Some(learned) = &m.absent {
-                absent = match absent {
-                    None => Some(Some(learned)),
-                    Some(Some(seen)) if seen == learned => Some(Some(seen)),
-                    Some(_) => Some(None),
-                };
-            }
+            absent = match (absent, &m.absent) {
+                (None, Some(learned)) => Some(Some(learned)),
+                (Some(Some(seen)), Some(learned)) if seen == learned => Some(Some(seen)),
+                _ => Some(None),
+            };
             if let Some(modern) = &m.modern {
                 spoken.modern = Some(match spoken.modern.take() {
                     None => modern.clone(),

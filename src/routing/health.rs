@@ -65,6 +65,20 @@ pub async fn check_pool(pool: &Pool) {
         let ok = probe(pool, member).await;
         let was = member.is_healthy();
         let now = member.record_check(ok, &pool.health);
+        if !was && now {
+            // Back from a failure: perhaps another server at the same address (a legacy-only
+            // one says who it is only when asked): what was learned is asked again.
+            if let Ok(mut speaks) = member.speaks.lock() {
+                // (This round's discover answer stays: it was just read.)
+                speaks.legacy = None;
+                speaks.legacy_attempts = 0;
+                speaks.absent = None;
+                speaks.absent_attempts = 0;
+                if speaks.modern.is_none() {
+                    speaks.identity = None;
+                }
+            }
+        }
         if was != now {
             log::warn!(
                 "pool {}: member {} is now {}",
@@ -105,7 +119,7 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":"mcp-edge-legacy-probe","metho
 /// modern revisions the member speaks, is best effort with its own deadline.
 pub async fn probe(pool: &Pool, member: &Member) -> bool {
     let t = pool.health.timeout;
-    let CheckKind::Mcp { path } = &pool.health.check else {
+    let CheckKind::Mcp { path, strict } = &pool.health.check else {
         return matches!(
             tokio::time::timeout(t, connect(pool, member)).await,
             Ok(Some(_))
@@ -122,7 +136,7 @@ pub async fn probe(pool: &Pool, member: &Member) -> bool {
     if let Ok(reply) = tokio::time::timeout(t, answer.reply(DISCOVER_ID)).await {
         learn_modern(pool, member, reply.as_ref());
     }
-    answer.status < 500
+    answer.status < 500 || !strict
 }
 
 /// Record the modern revisions a `server/discover` reply names: a `DiscoverResult`'s
@@ -191,7 +205,7 @@ fn is_revision(v: &str) -> bool {
 /// it. An answer that says neither leaves it unknown; no answer at all is asked again, at
 /// most [`Speaks::LEGACY_ATTEMPTS`] times, until the server changes.
 async fn learn_legacy(pool: &Pool, member: &Member) {
-    let CheckKind::Mcp { path } = &pool.health.check else {
+    let CheckKind::Mcp { path, .. } = &pool.health.check else {
         return;
     };
     match member.speaks.lock() {

@@ -49,9 +49,12 @@ pub enum CheckKind {
     None,
     /// A TCP connect.
     Tcp,
-    /// An MCP `server/discover` POST to this path; any HTTP answer below 500 is healthy.
+    /// An MCP `server/discover` POST to this path: `strict` (set in the configuration), any
+    /// HTTP answer below 500 is healthy; the default (not set) takes any HTTP answer, as a
+    /// `tcp` check takes a connect, so it is never stricter than the check it replaced.
     Mcp {
         path: String,
+        strict: bool,
     },
 }
 
@@ -75,6 +78,8 @@ pub struct Member {
     pub series: crate::metrics::MemberSeries,
     /// What its health checks learned about the revisions it speaks.
     pub speaks: Mutex<Speaks>,
+    /// Its absent answers are being learned (rounds of checks may overlap; one learns).
+    pub learning: AtomicBool,
 }
 
 impl Member {
@@ -88,6 +93,7 @@ impl Member {
             ejected_until_ms: AtomicU64::new(0),
             series: Default::default(),
             speaks: Mutex::default(),
+            learning: AtomicBool::new(false),
         }
     }
 
@@ -314,7 +320,20 @@ impl Pool {
     pub fn inherit(&self, old: &Pool) {
         if self.source == old.source {
             self.members.store(old.members());
-            self.spoken.store(old.spoken.load_full());
+            // What was learned holds for the same servers reached the same way; another
+            // check, `host` or TLS may reach other ones: learned again.
+            let same_way = self.health.check == old.health.check
+                && self.host == old.host
+                && self.tls.is_some() == old.tls.is_some();
+            if same_way {
+                self.spoken.store(old.spoken.load_full());
+            } else {
+                for m in self.members().iter() {
+                    if let Ok(mut speaks) = m.speaks.lock() {
+                        *speaks = Speaks::default();
+                    }
+                }
+            }
             if let Some(group) = old.stdio.get() {
                 let _ = self.stdio.set(group.clone());
             }

@@ -216,6 +216,24 @@ impl Answers<'_> {
     }
 }
 
+/// A 2026-07-28 answer in the legacy shape (the bridge's): without `result.resultType`,
+/// however the server wrote it.
+fn without_result_type(json: String) -> String {
+    let json = json.replace(",\"resultType\":\"complete\"", "");
+    if !json.contains("\"resultType\"") {
+        return json;
+    }
+    match serde_json::from_str::<Value>(&json) {
+        Ok(mut v) => {
+            if let Some(r) = v.get_mut("result").and_then(Value::as_object_mut) {
+                r.remove("resultType");
+            }
+            v.to_string()
+        }
+        Err(_) => json,
+    }
+}
+
 /// A request naming a hidden entry: answered as the server answers an absent one, or sent
 /// on disguised where the edge cannot give that answer exactly (see the module doc).
 fn hidden(
@@ -255,7 +273,7 @@ fn hidden(
         // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
         // no session header (the bridge's own token is the client's session).
         let (_, json) = answers.answer(true, method, target, id);
-        let json = json.replace(",\"resultType\":\"complete\"", "");
+        let json = without_result_type(json);
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
     let (status, json) = answers.answer(modern, method, target, id);
@@ -265,6 +283,12 @@ fn hidden(
     // Legacy servers answer a POST that accepts an event stream with one (Python with CRLF
     // line ends), echoing the session.
     let eol = answers.eol();
+    // One `data:` line: a line end in the message (only ever whitespace in JSON) goes.
+    let json = if json.contains(['\r', '\n']) {
+        json.replace(['\r', '\n'], "")
+    } else {
+        json
+    };
     Ok(Hidden::Answer(Answer {
         content_type: media::EVENT_STREAM,
         session: req.headers.get(crate::mcp::headers::SESSION_ID).cloned(),

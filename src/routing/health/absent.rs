@@ -3,6 +3,7 @@
 //! the member speaks. The probes name entries no server has (nothing runs); a legacy probe
 //! opens its own session and deletes it.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -16,9 +17,21 @@ use crate::routing::{CheckKind, Member, Pool};
 /// Times a server identity is asked before the edge gives up on it (the catalogue answers).
 const ATTEMPTS: u8 = 3;
 
-/// Ask `member` what it answers for absent entries, if its identity has not been asked yet.
+/// Ask `member` what it answers for absent entries, if its identity has not been asked yet
+/// (and no other round is asking it now).
 pub async fn learn(pool: &Pool, member: &Member) {
-    let CheckKind::Mcp { path } = &pool.health.check else {
+    if !matches!(pool.health.check, CheckKind::Mcp { .. }) {
+        return;
+    }
+    if member.learning.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    learn_once(pool, member).await;
+    member.learning.store(false, Ordering::Release);
+}
+
+async fn learn_once(pool: &Pool, member: &Member) {
+    let CheckKind::Mcp { path, .. } = &pool.health.check else {
         return;
     };
     let (identity, modern, legacy) = {
@@ -64,7 +77,7 @@ pub async fn learn(pool: &Pool, member: &Member) {
             "pool {}: learned what {} ({}) answers for absent tools, prompts and resources{}",
             pool.name,
             member.label,
-            learned.identity,
+            learned.identity.escape_debug(),
             if whole { "" } else { " (in part)" }
         );
         if whole {
@@ -93,6 +106,68 @@ fn token() -> u64 {
     u64::from_le_bytes(b) | 1
 }
 
+/// The names a server lists (tools, prompts, resources): an answer that mentions one is not
+/// replayed (it would show hidden entries). `headers`: the era's (and session's).
+async fn listed(
+    pool: &Pool,
+    member: &Member,
+    path: &str,
+    modern: bool,
+    headers: &[(&str, &str)],
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for (method, key, field) in [
+        ("tools/list", "tools", "name"),
+        ("prompts/list", "prompts", "name"),
+        ("resources/list", "resources", "uri"),
+    ] {
+        let meta = if modern { MODERN_META } else { "" };
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":"mcp-edge-absent-list","method":"{method}","params":{{{meta}}}}}"#
+        );
+        let mut with = headers.to_vec();
+        if modern {
+            with.push(("mcp-method", method));
+        }
+        let t = pool.health.timeout;
+        let Ok(Some(mut answer)) =
+            tokio::time::timeout(t, exchange(pool, member, "POST", path, &body, &with)).await
+        else {
+            continue;
+        };
+        let reply = tokio::time::timeout(t, answer.reply("mcp-edge-absent-list"))
+            .await
+            .ok()
+            .flatten();
+        if let Some(list) = reply
+            .as_ref()
+            .and_then(|r| r.pointer(&format!("/result/{key}")))
+            .and_then(Value::as_array)
+        {
+            names.extend(
+                list.iter()
+                    .filter_map(|e| e.get(field)?.as_str().map(str::to_owned)),
+            );
+        }
+    }
+    names
+}
+
+const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}"#;
+
+/// `answers` without those that mention a listed name.
+fn unlisting(mut answers: Answers, names: &[String]) -> Answers {
+    for (kind, _) in KINDS {
+        let mentions = answers
+            .get(kind)
+            .is_some_and(|l| l.mentions_any(names.iter().map(String::as_str)));
+        if mentions {
+            answers.set(kind, None);
+        }
+    }
+    answers
+}
+
 /// The three probes as 2026-07-28 requests (stateless, with their mirrored headers).
 async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
     let mut answers = Answers::default();
@@ -107,7 +182,15 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
         let answer = ask(pool, member, path, &body, &headers, &probe).await;
         answers.set(kind, answer.map(|(learned, _)| learned));
     }
-    answers
+    let names = listed(
+        pool,
+        member,
+        path,
+        true,
+        &[("mcp-protocol-version", "2026-07-28")],
+    )
+    .await;
+    unlisting(answers, &names)
 }
 
 /// The three probes in a legacy session of their own (initialize, initialized, the probes,
@@ -156,7 +239,8 @@ async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<(Answers
                     answers.set(kind, Some(learned));
                 }
             }
-            Some((answers, crlf))
+            let names = listed(pool, member, path, false, &headers).await;
+            Some((unlisting(answers, &names), crlf))
         }
         _ => None,
     };
