@@ -5,7 +5,6 @@
 pub mod access_log;
 pub mod admin;
 pub mod maintenance;
-pub mod otlp;
 pub mod reload;
 pub mod shutdown;
 pub mod tracing;

@@ -3,7 +3,7 @@
 //! request path.
 //!
 //! A span that ends goes into a bounded queue; a thread of its own takes them in batches to
-//! the collector (encoded by [`super::otlp`]), each export bounded by `export_timeout_ms`,
+//! the collector (encoded by [`otlp`]), each export bounded by `export_timeout_ms`,
 //! never retried. A full queue and a failed export drop spans: both are counted
 //! (`mcp_edge_trace_spans_dropped_total{reason}`) and logged once per episode (and once when
 //! exports work again). Nothing on the request path waits for the collector: ending a span is
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 mod export;
+mod otlp;
 mod span;
 
 pub use span::{Attribute, Parent, Sampler, Span, Value};

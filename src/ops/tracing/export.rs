@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use super::otlp::Encoder;
 use super::{Settings, Span};
 use crate::metrics::{self, SpanDrop};
-use crate::ops::otlp::Encoder;
 
 /// Ended spans on their way to the export thread.
 pub struct Queue {

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 
 use opentelemetry::trace::{SpanContext, SpanKind};
 
-use super::tracing::{Span, Value};
+use super::span::{Span, Value};
 
 /// Protobuf wire types.
 const VARINT: u8 = 0;
