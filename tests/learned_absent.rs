@@ -86,18 +86,33 @@ fn pairs() -> [(&'static str, Value, Value, &'static str, &'static str); 3] {
     ]
 }
 
-/// Status and the JSON-RPC message as written (a JSON body, or an SSE event's data).
-async fn answer(rb: reqwest::RequestBuilder) -> (u16, String) {
+/// Status, framing (the media type, and whether an event's lines end in CRLF) and the
+/// JSON-RPC message as written (a JSON body, or an SSE event's data).
+async fn answer(rb: reqwest::RequestBuilder) -> (u16, String, String) {
     let r = rb.bearer_auth(KEY).send().await.unwrap();
     let status = r.status().as_u16();
-    let sse = r
+    let media = r
         .headers()
         .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap_or("").starts_with("text/event-stream"));
+        .map(|v| {
+            v.to_str()
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_default();
+    let sse = media == "text/event-stream";
     let text = r.text().await.unwrap();
     if !sse {
-        return (status, text);
+        return (status, media, text);
     }
+    let framing = format!(
+        "{media}{}",
+        if text.contains("\r\n") { " crlf" } else { "" }
+    );
     let data = text
         .replace("\r\n", "\n")
         .split("\n\n")
@@ -110,7 +125,7 @@ async fn answer(rb: reqwest::RequestBuilder) -> (u16, String) {
             (!data.is_empty() && data.join("\n").contains("\"id\"")).then(|| data.join("\n"))
         })
         .unwrap_or_default();
-    (status, data)
+    (status, framing, data)
 }
 
 /// Modern: each hidden entry is answered as the server answers the absent one.
@@ -130,10 +145,14 @@ async fn modern_matches(edge: &Edge, who: &str) {
             &modern_body(id, method, hidden),
         ))
         .await;
-        assert!(!theirs.1.is_empty(), "{who} {method}: {theirs:?}");
+        assert!(!theirs.2.is_empty(), "{who} {method}: {theirs:?}");
         assert_eq!(
             ours,
-            (theirs.0, theirs.1.replace(absent_name, hidden_name)),
+            (
+                theirs.0,
+                theirs.1.clone(),
+                theirs.2.replace(absent_name, hidden_name)
+            ),
             "{who} {method} (2026-07-28): the server's own answer, byte for byte"
         );
     }
@@ -176,10 +195,14 @@ async fn legacy_matches(edge: &Edge, who: &str) {
             &body(20 + i, hidden),
         ))
         .await;
-        assert!(!theirs.1.is_empty(), "{who} {method}: {theirs:?}");
+        assert!(!theirs.2.is_empty(), "{who} {method}: {theirs:?}");
         assert_eq!(
             ours,
-            (theirs.0, theirs.1.replace(absent_name, hidden_name)),
+            (
+                theirs.0,
+                theirs.1.clone(),
+                theirs.2.replace(absent_name, hidden_name)
+            ),
             "{who} {method} (legacy): the server's own answer, byte for byte"
         );
     }
@@ -242,7 +265,7 @@ async fn absent_as_overrides_what_was_learned() {
         "tools/call",
         json!({"name": "whoami", "arguments": {}}),
     );
-    let (status, body) = answer(modern_request(&c, &edge.url(), &call)).await;
+    let (status, _, body) = answer(modern_request(&c, &edge.url(), &call)).await;
     assert_eq!(status, 200);
     assert!(body.contains("Unknown tool: whoami"), "{body}");
 }

@@ -199,16 +199,24 @@ pub struct AbsentAnswers {
     pub identity: String,
     pub modern: Answers,
     pub legacy: Answers,
-    /// The legacy answers came as SSE events with CRLF line ends.
-    pub legacy_crlf: bool,
 }
 
-/// One era's learned answers.
+/// How a server framed its answers in one era.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Framing {
+    /// As an SSE event (else a JSON body).
+    pub sse: bool,
+    /// The event's lines ended in CRLF.
+    pub crlf: bool,
+}
+
+/// One era's learned answers, and how they came.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answers {
     pub tool: Option<Learned>,
     pub prompt: Option<Learned>,
     pub resource: Option<Learned>,
+    pub framing: Framing,
 }
 
 impl Answers {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::error::{EdgeError, Rejection};
 use crate::identity::policy::Grant;
 use crate::mcp::absent::{self, AbsentAs};
-use crate::mcp::learned::{AbsentAnswers, KINDS};
+use crate::mcp::learned::{AbsentAnswers, Framing, KINDS};
 use crate::mcp::lists::{self, ListFilter, LIST_METHODS};
 use crate::mcp::media::{self, Media};
 use crate::mcp::rules::{Era, Verdict};
@@ -179,39 +179,34 @@ struct Answers<'a> {
 }
 
 impl Answers<'_> {
-    /// Status and JSON-RPC message for `method` naming `target`, in `modern`'s era; whether
-    /// it was learned (then its SSE line ends are the server's too).
+    /// Status and JSON-RPC message for `method` naming `target`, in `modern`'s era, and how
+    /// to frame it: the server's way when it was learned, else the catalogue's (JSON for a
+    /// 2026-07-28 request, an SSE event for a legacy one, CRLF for `python`).
     fn answer(
         &self,
         modern: bool,
         method: &str,
         target: &Target,
         id: &serde_json::Value,
-    ) -> (u16, String) {
-        let learned = self
+    ) -> (u16, String, Framing) {
+        let era = self
             .learned
             .filter(|_| self.style.is_none())
+            .map(|l| l.era(modern));
+        let learned = era
             .filter(|_| KINDS.iter().any(|(k, m)| *k == target.kind && *m == method))
-            .and_then(|l| l.era(modern).get(target.kind));
-        match learned {
-            Some(l) => (l.status, l.render(id, &target.value)),
-            None => {
-                absent::absent_answer(self.style.unwrap_or_default(), modern, method, target, id)
+            .and_then(|answers| answers.get(target.kind));
+        match (learned, era) {
+            (Some(l), Some(answers)) => (l.status, l.render(id, &target.value), answers.framing),
+            _ => {
+                let style = self.style.unwrap_or_default();
+                let (status, json) = absent::absent_answer(style, modern, method, target, id);
+                let framing = Framing {
+                    sse: !modern,
+                    crlf: !modern && style == AbsentAs::Python,
+                };
+                (status, json, framing)
             }
-        }
-    }
-
-    /// A legacy answer's SSE line end.
-    fn eol(&self) -> &'static str {
-        let crlf = match (self.style, self.learned) {
-            (Some(style), _) => style == AbsentAs::Python,
-            (None, Some(l)) if !l.legacy.is_empty() => l.legacy_crlf,
-            (None, _) => false,
-        };
-        if crlf {
-            "\r\n"
-        } else {
-            "\n"
         }
     }
 }
@@ -272,18 +267,22 @@ fn hidden(
     if bridged {
         // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
         // no session header (the bridge's own token is the client's session).
-        let (_, json) = answers.answer(true, method, target, id);
+        let (_, json, _) = answers.answer(true, method, target, id);
         let json = without_result_type(json);
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
-    let (status, json) = answers.answer(modern, method, target, id);
-    if modern {
-        return Ok(Hidden::Answer(Answer::json(status, json)));
+    let (status, json, framing) = answers.answer(modern, method, target, id);
+    if !framing.sse {
+        return Ok(Hidden::Answer(Answer {
+            session: (!modern)
+                .then(|| req.headers.get(crate::mcp::headers::SESSION_ID).cloned())
+                .flatten(),
+            ..Answer::json(status, json)
+        }));
     }
-    // Legacy servers answer a POST that accepts an event stream with one (Python with CRLF
-    // line ends), echoing the session.
-    let eol = answers.eol();
-    // One `data:` line: a line end in the message (only ever whitespace in JSON) goes.
+    // One event (a legacy answer echoing the session), on one `data:` line: a line end in
+    // the message (only ever whitespace in JSON) goes.
+    let eol = if framing.crlf { "\r\n" } else { "\n" };
     let json = if json.contains(['\r', '\n']) {
         json.replace(['\r', '\n'], "")
     } else {
@@ -291,7 +290,9 @@ fn hidden(
     };
     Ok(Hidden::Answer(Answer {
         content_type: media::EVENT_STREAM,
-        session: req.headers.get(crate::mcp::headers::SESSION_ID).cloned(),
+        session: (!modern)
+            .then(|| req.headers.get(crate::mcp::headers::SESSION_ID).cloned())
+            .flatten(),
         ..Answer::json(status, sse::message_event(&json, eol))
     }))
 }

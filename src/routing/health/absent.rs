@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{exchange, Answer};
-use crate::mcp::learned::{AbsentAnswers, Answers, Learned, Probe, KINDS};
+use crate::mcp::learned::{AbsentAnswers, Answers, Framing, Learned, Probe, KINDS};
 use crate::mcp::target::Kind;
 use crate::mcp::versions::Speaks;
 use crate::routing::{CheckKind, Member, Pool};
@@ -59,9 +59,8 @@ async fn learn_once(pool: &Pool, member: &Member) {
         learned.modern = ask_modern(pool, member, path).await;
     }
     if legacy {
-        if let Some((answers, crlf)) = ask_legacy(pool, member, path).await {
+        if let Some(answers) = ask_legacy(pool, member, path).await {
             learned.legacy = answers;
-            learned.legacy_crlf = crlf;
         }
     }
     // Every era it speaks answered every probe: settled. Otherwise asked again next round.
@@ -180,7 +179,10 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
         ];
         let body = probe.body(method, kind, true);
         let answer = ask(pool, member, path, &body, &headers, &probe).await;
-        answers.set(kind, answer.map(|(learned, _)| learned));
+        if let Some((learned, framing)) = answer {
+            answers.framing = framing;
+            answers.set(kind, Some(learned));
+        }
     }
     let names = listed(
         pool,
@@ -195,7 +197,7 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
 
 /// The three probes in a legacy session of their own (initialize, initialized, the probes,
 /// DELETE); whether the answers' events ended their lines in CRLF.
-async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<(Answers, bool)> {
+async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<Answers> {
     let t = pool.health.timeout;
     let init = Probe::new(Kind::Tool, token());
     let body = format!(
@@ -229,18 +231,18 @@ async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<(Answers
             )
             .await;
             let mut answers = Answers::default();
-            let mut crlf = false;
+
             for (kind, method) in KINDS {
                 let probe = Probe::new(kind, token());
                 let body = probe.body(method, kind, false);
                 let answer = ask(pool, member, path, &body, &headers, &probe).await;
-                if let Some((learned, sse_crlf)) = answer {
-                    crlf |= sse_crlf;
+                if let Some((learned, framing)) = answer {
+                    answers.framing = framing;
                     answers.set(kind, Some(learned));
                 }
             }
             let names = listed(pool, member, path, false, &headers).await;
-            Some((unlisting(answers, &names), crlf))
+            Some(unlisting(answers, &names))
         }
         _ => None,
     };
@@ -251,7 +253,7 @@ async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<(Answers
     learned
 }
 
-/// One probe's answer, learned (and whether it came as an SSE event with CRLF line ends).
+/// One probe's answer, learned, and how it was framed.
 async fn ask(
     pool: &Pool,
     member: &Member,
@@ -259,7 +261,7 @@ async fn ask(
     body: &str,
     headers: &[(&str, &str)],
     probe: &Probe,
-) -> Option<(Learned, bool)> {
+) -> Option<(Learned, Framing)> {
     let t = pool.health.timeout;
     let mut answer: Answer =
         tokio::time::timeout(t, exchange(pool, member, "POST", path, body, headers))
@@ -269,5 +271,9 @@ async fn ask(
         .await
         .ok()??;
     let learned = Learned::from_answer(probe, answer.status, &message)?;
-    Some((learned, answer.sse && crlf))
+    let framing = Framing {
+        sse: answer.sse,
+        crlf: answer.sse && crlf,
+    };
+    Some((learned, framing))
 }
