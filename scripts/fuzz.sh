@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-30}
 [ $# -eq 0 ] || shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(peek_rules header_decode token_open sse_rewrite config_parse task_ids policy_filter stdio_wire)
+[ ${#targets[@]} -gt 0 ] || targets=(peek_rules header_decode token_open sse_rewrite config_parse task_ids policy_filter stdio_wire learned_answer)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -s none -O

@@ -225,7 +225,7 @@ fn stdio_pools_are_checked_as_the_edge_runs_them() {
         .to_string();
     let pool = |name: &str, extra: &str| {
         format!(
-            "[[pools]]\nname = \"{name}\"\ncommand = [\"node\", \"{server}\", \"--mode\", \"stdio\", \"--instance\", \"{name}\"{extra}]\nstop_grace_ms = 500\n\n\
+            "[[pools]]\nname = \"{name}\"\ncommand = [\"node\", \"{server}\", \"--mode\", \"stdio\", \"--instance\", \"{name}\"{extra}]\nstop_grace_ms = 3000\n\n\
              [[routes]]\npath = \"/{name}\"\npool = \"{name}\"\n\n"
         )
     };

@@ -43,7 +43,11 @@ async fn edge_that_learned(server: &Peer, eras: &[&str]) -> Edge {
     let edge = start_edge(&format!(
         "{}{}",
         api_keys(),
-        pool_with_health(&[server.addr], "interval_ms = 200\n", POLICY)
+        pool_with_health(
+            &[server.addr],
+            "interval_ms = 200\ntimeout_ms = 3000\n",
+            POLICY
+        )
     ));
     for era in eras {
         let learned = format!(
@@ -252,7 +256,11 @@ async fn absent_as_overrides_what_was_learned() {
     let edge = start_edge(&format!(
         "{}{}",
         api_keys(),
-        pool_with_health(&[server.addr], "interval_ms = 200\n", &route)
+        pool_with_health(
+            &[server.addr],
+            "interval_ms = 200\ntimeout_ms = 3000\n",
+            &route
+        )
     ));
     let learned = format!(
         "mcp_edge_pool_absent_answers_learned{{era=\"modern\",pool=\"{}\"}}",

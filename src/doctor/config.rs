@@ -178,17 +178,45 @@ async fn examine_members(
     using: &[&RouteUse],
     options: &Options,
 ) -> Result<(Vec<Report>, Vec<Finding>), String> {
-    let scheme = if pool.tls.is_some() { "https" } else { "http" };
     let learns = matches!(pool.health.check, CheckKind::Mcp { .. });
     let (mut reports, mut contradictions) = (Vec::new(), Vec::new());
     for &addr in members {
-        let url = format!("{scheme}://{addr}{path}");
+        // An HTTPS member is reached by the name its certificate is checked against (the
+        // pool's `sni`, else its `host`), resolved to the member's address.
+        let mut options = options.clone();
+        let url = match (
+            &pool.tls,
+            pool.tls
+                .as_ref()
+                .and_then(|t| t.sni.clone())
+                .or_else(|| pool.host.clone()),
+        ) {
+            (Some(tls), Some(name)) => {
+                options.reach.resolve = Some((name.clone(), addr));
+                options.reach.insecure = !tls.verify;
+                format!("https://{name}:{}{path}", addr.port())
+            }
+            (Some(tls), None) => {
+                options.reach.insecure = !tls.verify;
+                format!("https://{addr}{path}")
+            }
+            (None, _) => format!("http://{addr}{path}"),
+        };
+        let options = &options;
         let mut report = examine(&url, options).await?;
         report.subject = format!("pool {name}, member {addr}: {url}");
         covered_by_the_edge(&mut report, learns);
         for u in using {
-            let sse = options.sse_path.as_deref();
-            let found = contradict(&u.route, sse, &report, (&url, addr), options, learns).await;
+            let sse = u.sse.as_deref().map(|s| member_path(&u.route, s));
+            let found = contradict(
+                &u.route,
+                sse.as_deref(),
+                &report,
+                (&url, addr),
+                options,
+                learns,
+            )
+            .await;
             contradictions.extend(found);
         }
         reports.push(report);
@@ -227,7 +255,8 @@ async fn contradict(
             SSE_ROUTE.fail(format!("{at}: sse_path {path} is not served by the member"))
         });
     }
-    let Ok(mut target) = Target::new(url, opts.headers.clone(), opts.timeout) else {
+    let Ok(mut target) = Target::reaching(url, opts.headers.clone(), opts.timeout, &opts.reach)
+    else {
         return out;
     };
     target.host.clone_from(&opts.host);

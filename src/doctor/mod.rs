@@ -91,6 +91,8 @@ struct Options {
     sse_path: Option<String>,
     /// The `Host` to name (a pool's `host`, `--config`).
     host: Option<String>,
+    /// How the member is reached (`--config`, an HTTPS pool).
+    reach: probe::Reach,
 }
 
 pub const USAGE: &str = "\
@@ -169,6 +171,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         listen_wait: Duration::from_secs(20),
         sse_path: None,
         host: None,
+        reach: probe::Reach::default(),
     };
     let mut it = args.iter();
     let millis = |v: Option<&String>, name: &str| -> Result<Duration, String> {
@@ -238,7 +241,7 @@ impl Report {
 
 /// Every check against one endpoint.
 async fn examine(url: &str, opts: &Options) -> Result<Report, String> {
-    let mut target = Target::new(url, opts.headers.clone(), opts.timeout)?;
+    let mut target = Target::reaching(url, opts.headers.clone(), opts.timeout, &opts.reach)?;
     target.host.clone_from(&opts.host);
     let mut findings = modern::run(&target, opts.listen_wait).await;
     findings.extend(legacy::run(&target, opts.sse_path.as_deref()).await);

@@ -25,6 +25,14 @@ pub struct Target {
     client: reqwest::Client,
 }
 
+/// How a member is reached: its name resolved to an address, its certificate not checked
+/// (a pool with `verify = false`).
+#[derive(Debug, Clone, Default)]
+pub struct Reach {
+    pub resolve: Option<(String, std::net::SocketAddr)>,
+    pub insecure: bool,
+}
+
 /// An answer: status, headers, the raw body read, and the JSON-RPC message answering the
 /// request (the JSON body, or the SSE event carrying it).
 #[derive(Debug)]
@@ -69,15 +77,31 @@ impl Target {
         headers: Vec<(String, String)>,
         timeout: Duration,
     ) -> Result<Target, String> {
+        Target::reaching(url, headers, timeout, &Reach::default())
+    }
+
+    /// [`Target::new`] reaching the URL's name at a given address, checking (or not) its
+    /// certificate (an HTTPS pool's member, `--config`).
+    pub fn reaching(
+        url: &str,
+        headers: Vec<(String, String)>,
+        timeout: Duration,
+        reach: &Reach,
+    ) -> Result<Target, String> {
         let parsed: http::Uri = url
             .parse()
             .map_err(|e| format!("'{url}' is not a URL: {e}"))?;
         if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
             return Err(format!("'{url}' is not an http:// or https:// URL"));
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
+            .danger_accept_invalid_certs(reach.insecure);
+        if let Some((name, addr)) = &reach.resolve {
+            builder = builder.resolve(name, *addr);
+        }
+        let client = builder
             .build()
             .map_err(|e| format!("the HTTP client: {e}"))?;
         Ok(Target {
@@ -151,6 +175,7 @@ impl Target {
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .body(body.to_owned());
+        let rb = self.named(rb, &self.url);
         self.send(rb, headers, credentials, id).await
     }
 
@@ -162,10 +187,12 @@ impl Target {
         headers: &[(&str, &str)],
         credentials: bool,
     ) -> Result<Reply, String> {
+        let to = url.unwrap_or(&self.url);
         let rb = self
             .client
-            .request(method, url.unwrap_or(&self.url))
+            .request(method, to)
             .header("accept", "application/json, text/event-stream");
+        let rb = self.named(rb, to);
         self.send(rb, headers, credentials, "").await
     }
 
@@ -176,9 +203,6 @@ impl Target {
         credentials: bool,
         id: &str,
     ) -> Result<Reply, String> {
-        if let Some(host) = &self.host {
-            rb = rb.header("host", host.as_str());
-        }
         if credentials {
             for (k, v) in &self.headers {
                 if !headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k)) {
@@ -249,9 +273,7 @@ impl Target {
             .header("mcp-protocol-version", MODERN)
             .header("mcp-method", "subscriptions/listen")
             .body(body.to_string());
-        if let Some(host) = &self.host {
-            rb = rb.header("host", host.as_str());
-        }
+        rb = self.named(rb, &self.url);
         for (k, v) in &self.headers {
             rb = rb.header(k.as_str(), v.as_str());
         }
@@ -302,6 +324,7 @@ impl Target {
             .get(url)
             .timeout(Duration::from_secs(3600))
             .header("accept", "text/event-stream");
+        rb = self.named(rb, url);
         for (k, v) in &self.headers {
             rb = rb.header(k.as_str(), v.as_str());
         }
@@ -328,6 +351,7 @@ impl Target {
             .post(url)
             .header("content-type", "application/json")
             .body(body.to_owned());
+        rb = self.named(rb, url);
         if same_origin(url, &self.url) {
             for (k, v) in &self.headers {
                 rb = rb.header(k.as_str(), v.as_str());
@@ -335,6 +359,16 @@ impl Target {
         }
         let resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
         Ok(resp.status().as_u16())
+    }
+}
+
+impl Target {
+    /// `rb` for `url` with the `Host` to name, when `url` is the endpoint's own origin.
+    fn named(&self, rb: reqwest::RequestBuilder, url: &str) -> reqwest::RequestBuilder {
+        match &self.host {
+            Some(host) if same_origin(url, &self.url) => rb.header("host", host.as_str()),
+            _ => rb,
+        }
     }
 }
 

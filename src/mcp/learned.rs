@@ -144,21 +144,18 @@ impl Learned {
         intact.then_some(learned)
     }
 
-    /// Whether any text of the answer names one of `names` (an answer listing what a server
-    /// has would show hidden entries to every principal).
+    /// Whether the answer's text names one of `names` as a whole word (an answer listing
+    /// what a server has would show hidden entries to every principal). Only string values
+    /// are read, split at anything that cannot be part of a name or URI.
     pub fn mentions_any<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> bool {
-        let texts: Vec<&str> = self
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect();
+        let Ok(v) = serde_json::from_str::<Value>(&self.render(&Value::Null, "")) else {
+            return true;
+        };
+        let mut words = std::collections::HashSet::new();
+        collect_words(&v, &mut words);
         names
             .into_iter()
-            .filter(|n| n.len() >= 3)
-            .any(|n| texts.iter().any(|t| t.contains(n)))
+            .any(|n| !n.is_empty() && words.contains(n))
     }
 
     /// The answer for a request with `id` naming `name` (a name is at most what a request
@@ -176,6 +173,21 @@ impl Learned {
             }
         }
         out
+    }
+}
+
+/// The words of every string value in `v` (split at characters no name or URI has).
+fn collect_words<'v>(v: &'v Value, words: &mut std::collections::HashSet<&'v str>) {
+    match v {
+        Value::String(s) => words.extend(
+            s.split(|c: char| {
+                !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | ':' | '@' | '+'))
+            })
+            .filter(|w| !w.is_empty()),
+        ),
+        Value::Array(a) => a.iter().for_each(|x| collect_words(x, words)),
+        Value::Object(o) => o.values().for_each(|x| collect_words(x, words)),
+        _ => {}
     }
 }
 

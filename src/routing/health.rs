@@ -64,18 +64,15 @@ pub async fn check_pool(pool: &Pool) {
     let checks = members.iter().map(|member| async move {
         let ok = probe(pool, member).await;
         let was = member.is_healthy();
+        let was_passing = member.passes_checks();
         let now = member.record_check(ok, &pool.health);
-        if !was && now {
-            // Back from a failure: perhaps another server at the same address (a legacy-only
-            // one says who it is only when asked): what was learned is asked again.
+        if !was_passing && member.passes_checks() {
+            // Back from failed checks (not a passive ejection): perhaps another server at the
+            // same address. One that answers discover says who it is at every check (a new
+            // identity resets what was learned); a legacy-only one only when asked: asked again.
             if let Ok(mut speaks) = member.speaks.lock() {
-                // (This round's discover answer stays: it was just read.)
-                speaks.legacy = None;
-                speaks.legacy_attempts = 0;
-                speaks.absent = None;
-                speaks.absent_attempts = 0;
                 if speaks.modern.is_none() {
-                    speaks.identity = None;
+                    *speaks = Speaks::default();
                 }
             }
         }
@@ -92,13 +89,35 @@ pub async fn check_pool(pool: &Pool) {
             .health_checks
             .with_label_values(&[pool.name.as_str(), if ok { "ok" } else { "failed" }])
             .inc();
-        if ok {
+        // One learning at a time per member (rounds may overlap while a member is slow).
+        if let Some(_learning) = ok.then(|| Learning::take(member)).flatten() {
             learn_legacy(pool, member).await;
             absent::learn(pool, member).await;
         }
     });
     futures::future::join_all(checks).await;
     pool.publish();
+}
+
+/// A member being asked what it speaks and answers: taken by one round at a time, given back
+/// however the round ends.
+struct Learning<'a>(&'a Member);
+
+impl<'a> Learning<'a> {
+    fn take(member: &'a Member) -> Option<Learning<'a>> {
+        (!member
+            .learning
+            .swap(true, std::sync::atomic::Ordering::AcqRel))
+        .then_some(Learning(member))
+    }
+}
+
+impl Drop for Learning<'_> {
+    fn drop(&mut self) {
+        self.0
+            .learning
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Connections for health checks (fresh each time, never pooled).

@@ -78,7 +78,7 @@ pub struct Member {
     pub series: crate::metrics::MemberSeries,
     /// What its health checks learned about the revisions it speaks.
     pub speaks: Mutex<Speaks>,
-    /// Its absent answers are being learned (rounds of checks may overlap; one learns).
+    /// What it speaks and answers is being asked (rounds of checks may overlap; one asks).
     pub learning: AtomicBool,
 }
 
@@ -95,6 +95,11 @@ impl Member {
             speaks: Mutex::default(),
             learning: AtomicBool::new(false),
         }
+    }
+
+    /// Its active checks pass (whatever a passive ejection says).
+    pub fn passes_checks(&self) -> bool {
+        self.checked_ok.load(Ordering::Relaxed)
     }
 
     /// What it speaks, as last learned.

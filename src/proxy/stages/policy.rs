@@ -196,37 +196,31 @@ impl Answers<'_> {
         let learned = era
             .filter(|_| KINDS.iter().any(|(k, m)| *k == target.kind && *m == method))
             .and_then(|answers| answers.get(target.kind));
-        match (learned, era) {
-            (Some(l), Some(answers)) => (l.status, l.render(id, &target.value), answers.framing),
-            _ => {
-                let style = self.style.unwrap_or_default();
-                let (status, json) = absent::absent_answer(style, modern, method, target, id);
-                let framing = Framing {
-                    sse: !modern,
-                    crlf: !modern && style == AbsentAs::Python,
-                };
-                (status, json, framing)
-            }
+        if let (Some(l), Some(answers)) = (learned, era) {
+            return (l.status, l.render(id, &target.value), answers.framing);
         }
+        let style = self.style.unwrap_or_default();
+        let (status, json) = absent::absent_answer(style, modern, method, target, id);
+        // The catalogue's words, framed as the server frames this era when that was learned.
+        let framing = era.filter(|a| !a.is_empty()).map_or(
+            Framing {
+                sse: !modern,
+                crlf: !modern && style == AbsentAs::Python,
+            },
+            |a| a.framing,
+        );
+        (status, json, framing)
     }
 }
 
-/// A 2026-07-28 answer in the legacy shape (the bridge's): without `result.resultType`,
-/// however the server wrote it.
-fn without_result_type(json: String) -> String {
-    let json = json.replace(",\"resultType\":\"complete\"", "");
-    if !json.contains("\"resultType\"") {
-        return json;
-    }
-    match serde_json::from_str::<Value>(&json) {
-        Ok(mut v) => {
-            if let Some(r) = v.get_mut("result").and_then(Value::as_object_mut) {
-                r.remove("resultType");
-            }
-            v.to_string()
-        }
-        Err(_) => json,
-    }
+/// A 2026-07-28 answer in the legacy shape, exactly as the bridge makes one from a member's
+/// answer (`era::ToLegacy`: a result loses `resultType` and is written anew; an error stays
+/// as it is).
+fn as_bridged(json: String) -> String {
+    serde_json::from_str::<Value>(&json)
+        .ok()
+        .and_then(|m| crate::mcp::era::to_legacy(m, None))
+        .map_or(json, |m| m.to_string())
 }
 
 /// A request naming a hidden entry: answered as the server answers an absent one, or sent
@@ -268,7 +262,7 @@ fn hidden(
         // What a bridged member's answer becomes: 2026-07-28 JSON in the legacy shape, with
         // no session header (the bridge's own token is the client's session).
         let (_, json, _) = answers.answer(true, method, target, id);
-        let json = without_result_type(json);
+        let json = as_bridged(json);
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
     let (status, json, framing) = answers.answer(modern, method, target, id);

@@ -3,7 +3,6 @@
 //! the member speaks. The probes name entries no server has (nothing runs); a legacy probe
 //! opens its own session and deletes it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -17,39 +16,14 @@ use crate::routing::{CheckKind, Member, Pool};
 /// Times a server identity is asked before the edge gives up on it (the catalogue answers).
 const ATTEMPTS: u8 = 3;
 
-/// Ask `member` what it answers for absent entries, if its identity has not been asked yet
-/// (and no other round is asking it now).
+/// Ask `member` what it answers for absent entries, while its identity's answers are not
+/// whole (at most [`ATTEMPTS`] times). The caller holds the member's learning.
 pub async fn learn(pool: &Pool, member: &Member) {
-    if !matches!(pool.health.check, CheckKind::Mcp { .. }) {
-        return;
-    }
-    if member.learning.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    learn_once(pool, member).await;
-    member.learning.store(false, Ordering::Release);
-}
-
-async fn learn_once(pool: &Pool, member: &Member) {
     let CheckKind::Mcp { path, .. } = &pool.health.check else {
         return;
     };
-    let (identity, modern, legacy) = {
-        let Ok(mut speaks) = member.speaks.lock() else {
-            return;
-        };
-        let due = speaks.absent.is_none() && speaks.absent_attempts < ATTEMPTS;
-        let Some(identity) = speaks.identity.clone().filter(|_| due) else {
-            return;
-        };
-        // Each era once its question is settled: a modern answer to discover, a legacy
-        // answer to initialize.
-        let modern = modern_spoken(&speaks);
-        if !modern && speaks.legacy.is_none() {
-            return;
-        }
-        speaks.absent_attempts += 1;
-        (identity, modern, speaks.legacy == Some(true))
+    let Some((identity, modern, legacy, before)) = due(member) else {
+        return;
     };
     let mut learned = AbsentAnswers {
         identity,
@@ -62,6 +36,11 @@ async fn learn_once(pool: &Pool, member: &Member) {
         if let Some(answers) = ask_legacy(pool, member, path).await {
             learned.legacy = answers;
         }
+    }
+    // What an earlier round of the same identity learned fills what this one missed.
+    if let Some(before) = before.filter(|b| b.identity == learned.identity) {
+        merge(&mut learned.modern, &before.modern);
+        merge(&mut learned.legacy, &before.legacy);
     }
     // Every era it speaks answered every probe: settled. Otherwise asked again next round.
     let whole = (!modern || whole(&learned.modern)) && (!legacy || whole(&learned.legacy));
@@ -83,6 +62,45 @@ async fn learn_once(pool: &Pool, member: &Member) {
             speaks.absent_attempts = ATTEMPTS;
         }
         speaks.absent = Some(Arc::new(learned));
+    }
+}
+
+/// What to ask `member` now, if anything: its identity, the eras it speaks (modern,
+/// legacy), and what was learned of it before (an attempt is counted).
+fn due(member: &Member) -> Option<(String, bool, bool, Option<Arc<AbsentAnswers>>)> {
+    let mut speaks = member.speaks.lock().ok()?;
+    let whole_before = speaks.absent.as_ref().is_some_and(|a| {
+        (!modern_spoken(&speaks) || whole(&a.modern))
+            && (speaks.legacy != Some(true) || whole(&a.legacy))
+    });
+    if whole_before || speaks.absent_attempts >= ATTEMPTS {
+        return None;
+    }
+    let identity = speaks.identity.clone()?;
+    // Each era once its question is settled: a modern answer to discover, and the legacy
+    // question answered (or given up on).
+    if speaks.legacy.is_none() && speaks.legacy_attempts < Speaks::LEGACY_ATTEMPTS {
+        return None;
+    }
+    speaks.absent_attempts += 1;
+    let before = speaks.absent.clone();
+    Some((
+        identity,
+        modern_spoken(&speaks),
+        speaks.legacy == Some(true),
+        before,
+    ))
+}
+
+fn merge(into: &mut Answers, before: &Answers) {
+    let had = !into.is_empty();
+    for (kind, _) in KINDS {
+        if into.get(kind).is_none() {
+            into.set(kind, before.get(kind).cloned());
+        }
+    }
+    if !had {
+        into.framing = before.framing;
     }
 }
 
