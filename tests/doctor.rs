@@ -42,6 +42,21 @@ fn flagged(doc: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// A report's finding with `id`.
+fn finding(report: &Value, id: &str) -> Option<Value> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .cloned()
+}
+
+/// The status of a report's finding with `id`.
+fn status_of(report: &Value, id: &str) -> Option<String> {
+    finding(report, id).map(|f| f["status"].as_str().unwrap().to_owned())
+}
+
 fn set(ids: &[&str]) -> BTreeSet<String> {
     ids.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -109,12 +124,7 @@ fn the_sdk_servers_as_they_are_and_nothing_runs() {
             peer.addr
         );
         assert_eq!(code, 1);
-        let init = doc["reports"][0]["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == "legacy-initialize")
-            .unwrap();
+        let init = finding(&doc["reports"][0], "legacy-initialize").unwrap();
         assert_eq!(init["status"], "PASS", "{init}");
     }
     for peer in [&modern, &dual, &v1, &py, &py_stateful] {
@@ -165,14 +175,7 @@ fn config_contradictions_are_named_with_their_fix() {
         "{doc:#}"
     );
     let assumed = reports.last().unwrap();
-    let status = |id: &str| {
-        assumed["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .map(|f| f["status"].as_str().unwrap().to_owned())
-    };
+    let status = |id: &str| status_of(assumed, id);
     assert_eq!(
         status("config-legacy").as_deref(),
         Some("WARN"),
@@ -198,13 +201,7 @@ fn http_sse_posts_are_answered_on_their_stream_direct_and_through_the_edge() {
     let edge = start_edge(&pool_and_route(&[server.addr], route));
     for (who, target) in [("direct", url(&server)), ("through the edge", edge.url())] {
         let (doc, _) = doctor(&[&target]);
-        let sse = doc["reports"][0]["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == "http-sse")
-            .unwrap()
-            .clone();
+        let sse = finding(&doc["reports"][0], "http-sse").unwrap();
         assert_eq!(sse["status"], "WARN", "{who}: {sse}");
         assert!(
             sse["detail"]
@@ -253,14 +250,7 @@ fn stdio_pools_are_checked_as_the_edge_runs_them() {
             .unwrap_or_else(|| panic!("no report for {name}: {doc:#}"))
             .clone()
     };
-    let status = |r: &Value, id: &str| {
-        r["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .map(|f| f["status"].as_str().unwrap().to_owned())
-    };
+    let status = status_of;
     let polite = report("polite");
     for id in [
         "stdio-initialize",

@@ -111,15 +111,7 @@ async fn initialize(t: &Target) -> Vec<Finding> {
 }
 
 async fn challenge(t: &Target) -> Vec<Finding> {
-    let body = json!({"jsonrpc":"2.0","id":"doctor-auth","method":"tools/list","params":{"_meta": super::probe::modern_meta()}});
-    let headers = [
-        ("mcp-protocol-version", super::probe::MODERN),
-        ("mcp-method", "tools/list"),
-    ];
-    let r = match t
-        .post(&body.to_string(), "doctor-auth", &headers, false)
-        .await
-    {
+    let r = match t.modern_anonymous("doctor-auth", "tools/list").await {
         Ok(r) => r,
         Err(e) => return vec![CHALLENGE.fail(e)],
     };
@@ -212,15 +204,7 @@ async fn anonymous(t: &Target) -> Vec<Finding> {
         // Every probe above was anonymous already.
         return Vec::new();
     }
-    let body = json!({"jsonrpc":"2.0","id":"doctor-anon","method":"server/discover","params":{"_meta": super::probe::modern_meta()}});
-    let headers = [
-        ("mcp-protocol-version", super::probe::MODERN),
-        ("mcp-method", "server/discover"),
-    ];
-    let f = match t
-        .post(&body.to_string(), "doctor-anon", &headers, false)
-        .await
-    {
+    let f = match t.modern_anonymous("doctor-anon", "server/discover").await {
         Ok(r) if r.status == 200 && r.result().is_some() => ANONYMOUS.pass("200"),
         Ok(r) if matches!(r.status, 401 | 403) => ANONYMOUS.warn(r.brief()),
         Ok(r) => ANONYMOUS.skip(format!("not served to anyone: {}", r.brief())),

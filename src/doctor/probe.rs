@@ -139,6 +139,14 @@ impl Target {
             .await
     }
 
+    /// A 2026-07-28 request for `method` without parameters, sent without the caller's
+    /// headers (as an anonymous client sends it).
+    pub async fn modern_anonymous(&self, id: &str, method: &str) -> Result<Reply, String> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": modern_meta()}});
+        let headers = [("mcp-protocol-version", MODERN), ("mcp-method", method)];
+        self.post(&body.to_string(), id, &headers, false).await
+    }
+
     /// A legacy request (no `_meta` claim): `session` and the revision in the headers once
     /// a session exists.
     pub async fn legacy(

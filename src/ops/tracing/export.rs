@@ -343,6 +343,15 @@ mod tests {
         Span::start(all, Parent::Root, SpanKind::Server, "s", SystemTime::now())
     }
 
+    /// Wait for `done` to hold (another thread makes it true), at most 30 s.
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "waited 30 s for: {what}");
+            std::thread::yield_now();
+        }
+    }
+
     fn held(q: &Queue) -> usize {
         locked(&q.spans).len() + q.exporting.load(Ordering::Relaxed)
     }
@@ -368,11 +377,7 @@ mod tests {
             "the export thread answers the close"
         );
         // It answers, then ends.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !q.gone.load(Ordering::Acquire) {
-            assert!(Instant::now() < deadline, "the export thread did not end");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until("the export thread ends", || q.gone.load(Ordering::Acquire));
         assert!(!q.close(Duration::from_secs(60)), "once is enough");
         q.push(span());
         assert_eq!(held(&q), 0, "nothing is kept for a thread that has ended");
@@ -393,11 +398,9 @@ mod tests {
         for _ in 0..4 {
             q.push(span());
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while q.exporting.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline, "the batch was never taken");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until("the batch is taken", || {
+            q.exporting.load(Ordering::Relaxed) > 0
+        });
         for _ in 0..100 {
             q.push(span());
             assert!(held(&q) <= 8, "{} held", held(&q));
