@@ -26,6 +26,7 @@ fn main() {
         upstream_id: "0b7a3c1e-5f0c-4e43-9d1c-2f8d5b9f6a10".into(),
         issued_at: 1_800_000_000,
         credential: credential_digest(Some(b"Bearer eyJhbGciOiJSUzI1NiJ9.example")),
+        owner: None,
     };
     let sample = token::seal(&ring, &claims).expect("seal");
 

@@ -510,6 +510,8 @@ for path in files:
             env = dict(os.environ)
             for var in re.findall(r'(?m)^\s*keys_env\s*=\s*"([^"]+)"', text):
                 env[var] = test_ring
+            # The Downward API's pod address, as [fleet] advertise takes it.
+            env.setdefault("POD_IP", "10.0.0.10")
             text = re.sub(r'(?m)^(\s*keys_file\s*=\s*).*$', lambda m: m.group(1) + '"%s"' % keys, text)
             # The Redis password file is a hand-made Secret's: a throwaway one here.
             password = os.path.join(work, "redis-password")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything mcp-edge's build and tests need on a fresh Debian machine:
 # cmake (Pingora's zlib-ng build), chromium (headless browser for the CORS tests), redis-server
-# (the fleet-wide rate limit tests), the official
+# (the fleet-wide rate limit tests), haproxy (the balancer in front of the hand-off tests), the
+# official
 # MCP SDK peers (npm ci from the committed lockfile) and the Python SDK peer (a venv from pinned
 # requirements).
 set -euo pipefail
@@ -26,6 +27,9 @@ install_missing cmake cmake
 if [ "${1:-}" != "--build-only" ]; then
   install_missing chromium chromium
   install_missing redis-server redis-server
+  # Debian's HAProxy as the per-request balancer in front of three replicas (tests/handoff.rs
+  # starts its own; the package's service, if it started, listens on nothing).
+  install_missing haproxy haproxy
 fi
 
 if [ "${1:-}" != "--build-only" ]; then

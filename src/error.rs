@@ -105,6 +105,7 @@ pub enum ErrorKind {
     StdioUnavailable,
     StdioProcessExited,
     StdioUnresponsive,
+    HopRefused,
 }
 
 impl ErrorKind {
@@ -223,6 +224,9 @@ pub enum EdgeError {
     /// The stdio server stopped answering (a ping went unanswered): it is restarted; the
     /// request may have run.
     StdioUnresponsive,
+    /// The hand-off listener takes only requests another replica of the fleet signed, each
+    /// once: this one was not (`reason`: the `mcp_edge_handoffs_refused_total` label).
+    HopRefused { reason: &'static str },
 }
 
 impl EdgeError {
@@ -267,6 +271,7 @@ impl EdgeError {
             EdgeError::StdioUnavailable { .. } => ErrorKind::StdioUnavailable,
             EdgeError::StdioExited => ErrorKind::StdioProcessExited,
             EdgeError::StdioUnresponsive => ErrorKind::StdioUnresponsive,
+            EdgeError::HopRefused { .. } => ErrorKind::HopRefused,
         }
     }
 
@@ -298,7 +303,7 @@ impl EdgeError {
             | EdgeError::StdioUnavailable { .. } => 503,
             EdgeError::StdioExited => 502,
             EdgeError::StdioUnresponsive => 504,
-            EdgeError::HostRejected { .. } => 403,
+            EdgeError::HostRejected { .. } | EdgeError::HopRefused { .. } => 403,
             EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
             // In-band, as the TypeScript SDK answers an unknown task.
@@ -335,6 +340,7 @@ impl EdgeError {
             EdgeError::RateLimited { .. } => code::RATE_LIMITED,
             EdgeError::OriginRejected { .. }
             | EdgeError::HostRejected { .. }
+            | EdgeError::HopRefused { .. }
             | EdgeError::Overloaded { .. }
             | EdgeError::BodyTimeout
             | EdgeError::Unauthorized { .. }

@@ -176,6 +176,7 @@ fn add_listeners(
             tls: tls.is_some(),
             tracing: tracing.clone(),
             trace_context: listener.trace_context,
+            handoff: listener.handoff,
         };
         let edge = proxy::Edge::new(runtime.clone(), drained.clone(), load.clone(), listening);
         let mut proxy = pingora::proxy::http_proxy(&server.configuration, edge);

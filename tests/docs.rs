@@ -177,6 +177,7 @@ fn the_map_lists_the_pipeline_stages_in_order() {
         ("attempt (", pipeline::ATTEMPT),
         ("attempt failed", pipeline::ATTEMPT_FAILED),
         ("upstream request", pipeline::UPSTREAM_REQUEST),
+        ("relay", pipeline::RELAY),
         ("response (", pipeline::RESPONSE),
         ("response body", pipeline::RESPONSE_BODY),
         ("answer", pipeline::ANSWER),

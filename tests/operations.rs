@@ -194,6 +194,7 @@ async fn dns_members_are_discovered_and_departures_end_sessions() {
         upstream_id: "s".into(),
         issued_at: mcp_edge::session::token::now_secs(),
         credential: None,
+        owner: None,
     };
     let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();
     let legacy = || {

@@ -170,6 +170,7 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
             upstream_id: upstream_sid.into(),
             issued_at: mcp_edge::session::token::now_secs(),
             credential: mcp_edge::session::credential_digest(Some(secret.as_bytes())),
+            owner: None,
         },
     )
     .unwrap();

@@ -22,6 +22,7 @@ fn claims(edge: &Edge, member: &str) -> Claims {
         upstream_id: "sid-1".into(),
         issued_at: now(),
         credential: None,
+        owner: None,
     }
 }
 

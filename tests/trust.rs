@@ -146,6 +146,7 @@ async fn a_session_member_that_refuses_connections_has_lost_the_session() {
         upstream_id: "up-1".into(),
         issued_at: mcp_edge::session::token::now_secs(),
         credential: None,
+        owner: None,
     };
     let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();
     let answer = exchange(legacy_post(&edge.url(), tools_list(2), Some(&token))).await;

@@ -16,6 +16,7 @@ static TOKEN: LazyLock<String> = LazyLock::new(|| {
         upstream_id: "sid".into(),
         issued_at: 1_800_000_000,
         credential: None,
+        owner: None,
     };
     seal(&RING, &claims).expect("seal")
 });

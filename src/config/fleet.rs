@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use super::file::{FleetSection, RateLimitsSection};
 use super::Errors;
-use crate::fleet::{Fleet, Peers, Settings};
+use crate::fleet::{Fleet, Handoff, Peers, Settings};
 use crate::identity::rate::shared::{self, Store};
 
-pub(super) fn fleet(section: Option<&FleetSection>, errs: &mut Errors) -> Option<Arc<Fleet>> {
+pub(super) fn fleet(
+    section: Option<&FleetSection>,
+    sessions: bool,
+    errs: &mut Errors,
+) -> Option<Arc<Fleet>> {
     let f = section?;
     let peers = match (&f.dns, f.peers.is_empty()) {
         (Some(_), false) => {
@@ -44,11 +48,87 @@ pub(super) fn fleet(section: Option<&FleetSection>, errs: &mut Errors) -> Option
             f.timeout_ms, f.interval_ms
         ));
     }
+    let handoff = handoff(f, &peers, sessions, errs);
     Some(Arc::new(Fleet::new(Settings {
         peers,
         interval: Duration::from_millis(f.interval_ms.get()),
         timeout: Duration::from_millis(f.timeout_ms.get()),
+        handoff,
     })))
+}
+
+/// `handoff_listen` and `advertise`: both or neither; signing needs the session key ring;
+/// the peers are the replicas' hand-off listeners, this one among them.
+fn handoff(f: &FleetSection, peers: &Peers, sessions: bool, errs: &mut Errors) -> Option<Handoff> {
+    let (listen, advertise) = match (f.handoff_listen, &f.advertise) {
+        (None, None) => return None,
+        (Some(listen), Some(advertise)) => (listen, advertise),
+        (None, Some(_)) => {
+            errs.push("fleet.advertise: only with handoff_listen".into());
+            return None;
+        }
+        (Some(_), None) => {
+            errs.push(
+                "fleet.handoff_listen: needs advertise (this replica's hand-off address as the others reach it, e.g. \"${POD_IP}:7444\")"
+                    .into(),
+            );
+            return None;
+        }
+    };
+    if !sessions {
+        errs.push(
+            "fleet.handoff_listen: needs [sessions] (its key ring signs the requests replicas hand each other)"
+                .into(),
+        );
+    }
+    let advertise = match expand(advertise).map(|a| a.parse::<SocketAddr>()) {
+        Ok(Ok(a)) if !a.ip().is_unspecified() => a,
+        Ok(_) => {
+            errs.push(format!(
+                "fleet.advertise: '{advertise}' is not the IP:port other replicas reach"
+            ));
+            return None;
+        }
+        Err(e) => {
+            errs.push(format!("fleet.advertise: {e}"));
+            return None;
+        }
+    };
+    match peers {
+        Peers::Dns(name) => {
+            let port = name.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+            if port.is_some_and(|p| p != advertise.port()) {
+                errs.push(format!(
+                    "fleet.dns: with handoff_listen, the name's port is the replicas' hand-off port ({})",
+                    advertise.port()
+                ));
+            }
+        }
+        Peers::Static(list) if !list.contains(&advertise) => errs.push(format!(
+            "fleet.peers: with handoff_listen, the replicas' hand-off addresses, this one's ({advertise}) among them"
+        )),
+        Peers::Static(_) => {}
+    }
+    Some(Handoff { listen, advertise })
+}
+
+/// `${VAR}` in `text` replaced by the variable's value.
+fn expand(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find('}') else {
+            return Err(format!("'{text}': an unclosed ${{"));
+        };
+        let name = &rest[start + 2..start + end];
+        let value =
+            std::env::var(name).map_err(|_| format!("environment variable '{name}' is not set"))?;
+        out.push_str(&value);
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// The longest a request may wait for Redis.

@@ -48,6 +48,7 @@ pub(super) fn listeners(sections: &[ListenerSection], errs: &mut Errors) -> Vec<
             h2c: l.h2c && tls.is_none(),
             tls,
             trace_context: l.trace_context,
+            handoff: false,
         });
     }
     out

@@ -59,6 +59,9 @@ pub struct Listener {
     pub tls: Option<ListenerTls>,
     /// Continue the trace a client's `traceparent` names, or only link to it.
     pub trace_context: TraceContext,
+    /// The hand-off listener (`[fleet] handoff_listen`): only requests other replicas of the
+    /// fleet signed.
+    pub handoff: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -115,7 +118,7 @@ impl File {
         let forwarding = forwarding(&self.forwarding, &mut errs);
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
         let tracing = tracing::tracing(self.tracing.as_ref(), &mut errs);
-        let fleet = fleet::fleet(self.fleet.as_ref(), &mut errs);
+        let fleet = fleet::fleet(self.fleet.as_ref(), sessions.is_some(), &mut errs);
         let rate_store = fleet::rate_limits(
             self.rate_limits.as_ref(),
             self.routes.iter().any(|r| r.rate_limit.is_some()),
@@ -128,7 +131,7 @@ impl File {
         }
         Ok(Config {
             warnings,
-            startup: self.startup(listeners, tracing),
+            startup: self.startup(with_handoff(listeners, fleet.as_deref()), tracing),
             runtime: Runtime {
                 endpoints,
                 prefixes,
@@ -176,6 +179,24 @@ impl File {
             tracing,
         }
     }
+}
+
+/// The listeners, and the hand-off listener when replicas hand requests to each other.
+fn with_handoff(
+    mut listeners: Vec<Listener>,
+    fleet: Option<&crate::fleet::Fleet>,
+) -> Vec<Listener> {
+    if let Some(h) = fleet.and_then(|f| f.settings.handoff.as_ref()) {
+        listeners.push(Listener {
+            address: h.listen,
+            h2c: false,
+            tls: None,
+            // The first replica's CLIENT span is the parent.
+            trace_context: TraceContext::Continue,
+            handoff: true,
+        });
+    }
+    listeners
 }
 
 fn limits(l: &file::LimitsSection) -> Limits {

@@ -79,6 +79,9 @@ impl EdgeError {
             EdgeError::StdioUnavailable { detail } => detail.clone(),
             EdgeError::StdioExited => STDIO_EXITED.to_string(),
             EdgeError::StdioUnresponsive => STDIO_UNRESPONSIVE.to_string(),
+            EdgeError::HopRefused { reason } => {
+                format!("Forbidden: this listener serves only requests other replicas of the fleet signed ({reason})")
+            }
         }
     }
 

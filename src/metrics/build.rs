@@ -283,6 +283,16 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
             "The edge's own replicas ([fleet]): known (listed or resolved) and live (answering)",
             &["state"],
         )?,
+        handoffs: r.counter(
+            "mcp_edge_handoffs_total",
+            "Requests for state another replica holds: sent to it, received from another (signed), or the holder unreachable",
+            &["outcome"],
+        )?,
+        handoffs_refused: r.counter(
+            "mcp_edge_handoffs_refused_total",
+            "Requests the hand-off listener refused (never served), by reason: unsigned, unknown_key, stale, forged, replayed, body_altered",
+            &["reason"],
+        )?,
         revisions: r.gauge(
             "mcp_edge_pool_revisions",
             "Protocol revisions a pool's healthy members speak (1) or refuse (0), from their server/discover answers and a legacy initialize",
@@ -356,56 +366,28 @@ fn preregister(m: &Metrics) {
     for kind in ErrorKind::iter() {
         m.edge_errors.with_label_values(&[kind.as_str()]).inc_by(0);
     }
-    for op in TokenOp::iter() {
-        m.session_tokens.with_label_values(&[label(op)]).inc_by(0);
-    }
     for result in ["success", "failure"] {
         m.access.jwks_fetches.with_label_values(&[result]).inc_by(0);
     }
-    for op in TaskIdOp::iter() {
-        m.task_ids.with_label_values(&[label(op)]).inc_by(0);
-    }
-    for reason in TokenFailure::iter() {
-        m.session_token_failures
-            .with_label_values(&[label(reason)])
-            .inc_by(0);
-    }
-    for result in ReloadResult::iter() {
-        m.config_reloads
-            .with_label_values(&[label(result)])
-            .inc_by(0);
-    }
-    for what in Holder::iter() {
-        m.budget
-            .refusals
-            .with_label_values(&[label(what)])
-            .inc_by(0);
-    }
-    for reason in Eviction::iter() {
-        m.budget
-            .evictions
-            .with_label_values(&[label(reason)])
-            .inc_by(0);
-    }
-    for reason in HandshakeFailure::iter() {
-        m.tls
-            .handshake_failures
-            .with_label_values(&[label(reason)])
-            .inc_by(0);
-    }
-    for result in ReloadResult::iter() {
-        m.tls
-            .certificate_reloads
-            .with_label_values(&[label(result)])
-            .inc_by(0);
-    }
-    for reason in SpanDrop::iter() {
-        m.traces
-            .spans_dropped
-            .with_label_values(&[label(reason)])
-            .inc_by(0);
-    }
+    zeroes::<TokenOp>(&m.session_tokens);
+    zeroes::<TaskIdOp>(&m.task_ids);
+    zeroes::<Handoff>(&m.pools.handoffs);
+    zeroes::<HopRefused>(&m.pools.handoffs_refused);
+    zeroes::<TokenFailure>(&m.session_token_failures);
+    zeroes::<ReloadResult>(&m.config_reloads);
+    zeroes::<Holder>(&m.budget.refusals);
+    zeroes::<Eviction>(&m.budget.evictions);
+    zeroes::<HandshakeFailure>(&m.tls.handshake_failures);
+    zeroes::<ReloadResult>(&m.tls.certificate_reloads);
+    zeroes::<SpanDrop>(&m.traces.spans_dropped);
     for era in [EraLabel::Modern, EraLabel::Legacy] {
         m.active_sse.with_label_values(&[label(era)]).set(0);
+    }
+}
+
+/// Every value of the label `L`, counted 0.
+fn zeroes<L: IntoEnumIterator + Into<&'static str>>(counter: &IntCounterVec) {
+    for value in L::iter() {
+        counter.with_label_values(&[label(value)]).inc_by(0);
     }
 }

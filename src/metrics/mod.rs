@@ -159,6 +159,41 @@ pub struct PoolMetrics {
     pub absent_learned: IntGaugeVec,
     /// The edge's own replicas (`[fleet]`): known and live.
     pub fleet: IntGaugeVec,
+    /// Requests handed from one replica to the one holding their state, by outcome.
+    pub handoffs: IntCounterVec,
+    /// Requests the hand-off listener refused, by reason.
+    pub handoffs_refused: IntCounterVec,
+}
+
+/// The `outcome` label of `mcp_edge_handoffs_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Handoff {
+    /// Handed to the replica holding its state.
+    Sent,
+    /// Taken from another replica (signed, served here).
+    Received,
+    /// The replica holding its state could not be reached.
+    Unreachable,
+}
+
+/// Why the hand-off listener refused a request: the `reason` label of
+/// `mcp_edge_handoffs_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum HopRefused {
+    /// No signature, or one that does not parse.
+    Unsigned,
+    /// Signed with a key the ring does not hold.
+    UnknownKey,
+    /// Outside the window.
+    Stale,
+    /// The signature does not match the request.
+    Forged,
+    /// Its nonce was seen: a forward sent again.
+    Replayed,
+    /// The body is not the one signed.
+    BodyAltered,
 }
 
 /// The memory budget and its push-back.
@@ -308,6 +343,22 @@ pub fn stdio_start(pool: &str, ok: bool) {
 
 pub fn stdio_exit(pool: &str) {
     get().stdio.exits.with_label_values(&[pool]).inc();
+}
+
+impl Metrics {
+    pub fn handoff(&self, outcome: Handoff) {
+        self.pools
+            .handoffs
+            .with_label_values(&[label(outcome)])
+            .inc();
+    }
+
+    pub fn hop_refused(&self, reason: HopRefused) {
+        self.pools
+            .handoffs_refused
+            .with_label_values(&[label(reason)])
+            .inc();
+    }
 }
 
 /// The fleet's replicas: `known` (listed or resolved) and `live` (answering).

@@ -93,6 +93,15 @@ impl Ctx {
         self.request.message.as_ref().and_then(|m| m.id.as_ref())
     }
 
+    /// The request goes to the replica holding its state (see `stages/handoff.rs`): the
+    /// stages after admission run there, not here.
+    pub fn handed_off(&self) -> bool {
+        self.request
+            .pinned
+            .as_ref()
+            .is_some_and(|p| p.holds.by_replica())
+    }
+
     /// The route's name for metrics and logs (`none` before a route was found).
     pub fn route_name(&self) -> &str {
         self.route().map_or("none", |r| r.name.as_str())
@@ -123,8 +132,10 @@ pub struct Request {
     /// A legacy request on a `bridge_legacy` route, served as a 2026-07-28 one (rules).
     pub bridged: bool,
     /// Where the request must go, when not round-robin (legacy: the session's member;
-    /// tasks: the task's).
+    /// tasks: the task's; handoff: the replica holding its state).
     pub pinned: Option<Pinned>,
+    /// Another replica of the fleet handed the request here, signed (arrival).
+    pub hop: Option<Box<crate::fleet::hop::Hop>>,
     /// What the route's rate limit and policy decided (policy), for the trace and the log.
     pub decided: Decided,
 }
@@ -186,6 +197,12 @@ pub enum Holds {
     Session,
     /// A task: trouble reaching it is transient (the client polls again).
     Task,
+    /// Another replica holds the request's session: one that refuses connections is gone,
+    /// and the session with it (404).
+    ReplicaSession,
+    /// Another replica holds what the caller's requests share (a `per_principal` process):
+    /// trouble reaching it is transient.
+    ReplicaCaller,
 }
 
 impl Holds {
@@ -193,7 +210,14 @@ impl Holds {
         match self {
             Holds::Session => "session",
             Holds::Task => "task",
+            Holds::ReplicaSession => "session's replica",
+            Holds::ReplicaCaller => "caller's replica",
         }
+    }
+
+    /// Held by another replica: the request is handed to it.
+    pub fn by_replica(self) -> bool {
+        matches!(self, Holds::ReplicaSession | Holds::ReplicaCaller)
     }
 }
 

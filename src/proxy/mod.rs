@@ -50,6 +50,8 @@ pub struct Edge {
     pub(crate) tracing: Option<Arc<Tracing>>,
     /// What this listener does with a client's trace context.
     pub(crate) trace_context: TraceContext,
+    /// The hand-off listener: only requests other replicas signed.
+    pub(crate) handoff: bool,
 }
 
 /// What an edge knows of its listener.
@@ -57,6 +59,7 @@ pub struct Listening {
     pub tls: bool,
     pub tracing: Option<Arc<Tracing>>,
     pub trace_context: TraceContext,
+    pub handoff: bool,
 }
 
 impl Edge {
@@ -73,6 +76,7 @@ impl Edge {
             tls: listening.tls,
             tracing: listening.tracing,
             trace_context: listening.trace_context,
+            handoff: listening.handoff,
         }
     }
 }
@@ -96,7 +100,7 @@ impl ProxyHttp for Edge {
             ctx,
         };
         match pipeline::request(admission).await {
-            Ok(Flow::Next) => {
+            Ok(Flow::Next | Flow::HandOff) => {
                 self.install_replay(session, ctx);
                 Ok(false)
             }
@@ -155,12 +159,16 @@ impl ProxyHttp for Edge {
         upstream: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        pipeline::upstream_request(&mut Outbound {
+        let outbound = &mut Outbound {
             edge: self,
             session,
             head: upstream,
             ctx,
-        })
+        };
+        match outbound.ctx.handed_off() {
+            true => pipeline::relay(outbound),
+            false => pipeline::upstream_request(outbound),
+        }
     }
 
     async fn upstream_response_filter(
@@ -171,6 +179,10 @@ impl ProxyHttp for Edge {
     ) -> Result<()> {
         ctx.response.media = Media::of_headers(&resp.headers);
         ctx.response.encoded = media::is_encoded(&resp.headers);
+        if ctx.handed_off() {
+            // The replica holding the state wrote the answer: it passes as it is.
+            return Ok(());
+        }
         pipeline::response(resp, ctx, self)
     }
 
@@ -181,7 +193,9 @@ impl ProxyHttp for Edge {
         end: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        pipeline::response_body(body, end, ctx)?;
+        if !ctx.handed_off() {
+            pipeline::response_body(body, end, ctx)?;
+        }
         Ok(None)
     }
 

@@ -27,6 +27,7 @@ macro_rules! pipeline {
         attempt: [$($attempt:ty),* $(,)?],
         attempt_failed: [$($failed:ty),* $(,)?],
         upstream_request: [$($upstream:ty),* $(,)?],
+        relay: [$($relay:ty),* $(,)?],
         response: [$($response:ty),* $(,)?],
         response_body: [$($body:ty),* $(,)?],
         answer: [$($answer:ty),* $(,)?],
@@ -37,6 +38,7 @@ macro_rules! pipeline {
         pub const ATTEMPT: &[&str] = &[$(<$attempt as Stage>::NAME),*];
         pub const ATTEMPT_FAILED: &[&str] = &[$(<$failed as Stage>::NAME),*];
         pub const UPSTREAM_REQUEST: &[&str] = &[$(<$upstream as Stage>::NAME),*];
+        pub const RELAY: &[&str] = &[$(<$relay as Stage>::NAME),*];
         pub const RESPONSE: &[&str] = &[$(<$response as Stage>::NAME),*];
         pub const RESPONSE_BODY: &[&str] = &[$(<$body as Stage>::NAME),*];
         pub const ANSWER: &[&str] = &[$(<$answer as Stage>::NAME),*];
@@ -65,6 +67,13 @@ macro_rules! pipeline {
 
         pub fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
             $(<$upstream as Stage>::upstream_request(o)?;)*
+            Ok(())
+        }
+
+        /// The upstream request of a request handed to the replica holding its state: the
+        /// request as the client sent it (that replica runs the stages), signed.
+        pub fn relay(o: &mut Outbound<'_>) -> pingora::Result<()> {
+            $(<$relay as Stage>::upstream_request(o)?;)*
             Ok(())
         }
 
@@ -99,6 +108,7 @@ macro_rules! pipeline {
 
 pipeline! {
     request: [
+        handoff::Arrival,
         trace::Trace,
         limits::Requests,
         route::Head,
@@ -110,6 +120,7 @@ pipeline! {
         identity::Identify,
         method::Method,
         rules::Rules,
+        handoff::HandOff,
         access_log::AccessLog,
         tasks::Tasks,
         bridge::Bridge,
@@ -135,6 +146,10 @@ pipeline! {
         forwarding::Forwarding,
         stdio::Stdio,
         trace::Trace,
+    ],
+    relay: [
+        method::Method,
+        handoff::HandOff,
     ],
     response: [
         metrics::Metrics,
@@ -175,6 +190,7 @@ mod tests {
             ATTEMPT,
             ATTEMPT_FAILED,
             UPSTREAM_REQUEST,
+            RELAY,
             RESPONSE,
             RESPONSE_BODY,
             ANSWER,

@@ -98,6 +98,10 @@ impl Stored {
     fn get(&self) -> Option<Bytes> {
         self.body.lock().ok()?.as_ref().map(|b| b.bytes().clone())
     }
+    /// The body still held (empty once released, or when there is none).
+    pub fn bytes(&self) -> Bytes {
+        self.get().unwrap_or_default()
+    }
     /// Drop the edge's copy (and give its memory back to the budget): the upstream has the
     /// body, and it is never sent again.
     pub fn release(&self) {

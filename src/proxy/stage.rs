@@ -22,6 +22,9 @@ pub enum Flow {
     AnswerOnceAdmitted(Answer),
     /// The stage wrote the answer itself (a CORS preflight).
     Written,
+    /// Another replica holds the request's state: the request goes there as it came (the
+    /// stages after this one run there).
+    HandOff,
 }
 
 /// A request on its way in, before a member is chosen.

@@ -20,6 +20,23 @@ use crate::routing::{Member, Pick};
 /// The member for this try of the request.
 pub fn choose(ctx: &Ctx) -> Result<Arc<Member>, Box<Error>> {
     let tried = &ctx.upstream.tried;
+    if let Some(pinned) = ctx
+        .request
+        .pinned
+        .as_ref()
+        .filter(|p| p.holds == Holds::ReplicaCaller)
+    {
+        // A caller's replica that refused the connection is leaving: the next one the fleet
+        // will choose (nothing of the request reached the first).
+        if tried.is_empty() {
+            return Ok(pinned.member.clone());
+        }
+        return super::stages::handoff::next_replica(ctx, tried).ok_or_else(|| {
+            failed(EdgeError::ConnectFailed {
+                detail: "every replica that could keep the caller's process refused".into(),
+            })
+        });
+    }
     if let Some(pinned) = &ctx.request.pinned {
         // The member holding the state, and once more when a pooled connection to it was
         // found dead before the request was written.
@@ -56,9 +73,11 @@ pub fn choose(ctx: &Ctx) -> Result<Arc<Member>, Box<Error>> {
 /// The peer for `member`, with the configured timeouts; the try is recorded in `ctx`.
 pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     let t = ctx.snapshot.timeouts;
+    let handed_off = ctx.handed_off();
     let mut peer = match ctx.route() {
-        Some(route) => route.pool.peer(&member),
-        None => HttpPeer::new(member.addr, false, String::new()),
+        Some(route) if !handed_off => route.pool.peer(&member),
+        // Another replica's hand-off listener: plain HTTP, each request signed.
+        _ => HttpPeer::new(member.addr, false, String::new()),
     };
     peer.options.connection_timeout = Some(t.connect);
     // Pingora's read timeout would apply to every read, idle event streams included:
@@ -82,10 +101,14 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
     let Some(route) = ctx.route() else {
         return e;
     };
+    let holds = ctx.request.pinned.as_ref().map(|p| p.holds);
+    if let Some(holds) = holds.filter(|h| h.by_replica()) {
+        return replica_failed(holds, peer, e);
+    }
     if let Some(member) = ctx.upstream.member() {
         eject(&route.pool, member, &e);
     }
-    match ctx.request.pinned.as_ref().map(|p| p.holds) {
+    match holds {
         Some(Holds::Session) => {
             let member = peer._address.to_string();
             let error = if e.etype() == &ErrorType::ConnectRefused {
@@ -112,7 +135,7 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
             e.set_retry(false);
             return e;
         }
-        None => {}
+        Some(Holds::ReplicaSession | Holds::ReplicaCaller) | None => {}
     }
     log::warn!(
         "upstream {} failed to connect: {}; trying another member",
@@ -120,6 +143,35 @@ pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Erro
         e.etype().as_str()
     );
     e.set_retry(true);
+    e
+}
+
+/// The replica holding the request's state could not be reached (nothing reached it): a
+/// session's replica that refuses connections is gone, the session with it (404, as for a
+/// member that left); one slow to accept is a timeout (504); anything else 502. Never sent
+/// anywhere else: no other replica holds the state.
+fn replica_failed(holds: Holds, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+    let replica = peer._address.to_string();
+    metrics::get().handoff(crate::metrics::Handoff::Unreachable);
+    let error = match e.etype() {
+        ErrorType::ConnectRefused if holds == Holds::ReplicaSession => {
+            EdgeError::SessionMemberGone { member: replica }
+        }
+        ErrorType::ConnectRefused => {
+            // Leaving: the caller's next replica (`choose`).
+            log::info!("replica {replica} refused a caller's request; trying the next");
+            e.set_retry(true);
+            return e;
+        }
+        ErrorType::ConnectTimedout => EdgeError::UpstreamTimeout {
+            detail: format!("the {} {replica} did not accept in time", holds.what()),
+        },
+        other => EdgeError::ConnectFailed {
+            detail: format!("the {} {replica}: {}", holds.what(), other.as_str()),
+        },
+    };
+    e.set_cause(error);
+    e.set_retry(false);
     e
 }
 

@@ -3,18 +3,23 @@
 //! Text format (file or environment variable): entries separated by newlines or commas, each
 //! `<id>:<secret>` with `id` in 1..=255 and `secret` at least 32 bytes, base64 (standard or
 //! URL-safe, padding optional). `#` starts a comment. AES-256-GCM keys are derived from the
-//! secrets with HKDF-SHA256 once, when the ring is loaded, never per request.
+//! secrets with HKDF-SHA256 once, when the ring is loaded, never per request; so are the
+//! HMAC-SHA256 keys that sign requests one replica hands another (another salt: a token key
+//! never signs, a signing key never seals).
 
 use base64::Engine;
 use ring::aead::{LessSafeKey, UnboundKey, AES_256_GCM};
-use ring::hkdf;
+use ring::{hkdf, hmac};
 
 const HKDF_SALT: &[u8] = b"mcp-edge/session-token/v1";
+const HOP_SALT: &[u8] = b"mcp-edge/hop/v1";
 const MIN_SECRET_BYTES: usize = 32;
 
 pub struct KeyRing {
     sealing: u8,
     keys: Vec<(u8, LessSafeKey)>,
+    /// The hand-off signing keys, by the same ids.
+    signing: Vec<(u8, hmac::Key)>,
 }
 
 impl std::fmt::Debug for KeyRing {
@@ -31,6 +36,7 @@ impl std::fmt::Debug for KeyRing {
 impl KeyRing {
     pub fn parse(text: &str) -> Result<KeyRing, String> {
         let mut keys: Vec<(u8, LessSafeKey)> = Vec::new();
+        let mut signing = Vec::new();
         for (n, raw) in text.split(['\n', ',']).enumerate() {
             let entry = raw.split('#').next().unwrap_or("").trim();
             if entry.is_empty() {
@@ -55,12 +61,31 @@ impl KeyRing {
                 ));
             }
             keys.push((id, derive(id, &secret)?));
+            signing.push((id, derive_signing(id, &secret)?));
         }
         let sealing = keys
             .first()
             .map(|(id, _)| *id)
             .ok_or("the key ring is empty")?;
-        Ok(KeyRing { sealing, keys })
+        Ok(KeyRing {
+            sealing,
+            keys,
+            signing,
+        })
+    }
+
+    /// The key that signs a hand-off (the sealing key's id), and its id.
+    pub fn signer(&self) -> (u8, &hmac::Key) {
+        let key = self.signing_key(self.sealing).unwrap_or(&self.signing[0].1);
+        (self.sealing, key)
+    }
+
+    /// The signing key with `id`: every key of the ring verifies.
+    pub fn signing_key(&self, id: u8) -> Option<&hmac::Key> {
+        self.signing
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, key)| key)
     }
 
     pub fn sealing(&self) -> (u8, &LessSafeKey) {
@@ -93,6 +118,16 @@ fn derive(id: u8, secret: &[u8]) -> Result<LessSafeKey, String> {
         .expand(&info_refs, &AES_256_GCM)
         .map_err(|_| "key derivation failed")?;
     Ok(LessSafeKey::new(UnboundKey::from(okm)))
+}
+
+fn derive_signing(id: u8, secret: &[u8]) -> Result<hmac::Key, String> {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, HOP_SALT).extract(secret);
+    let info = [id];
+    let info_refs = [&info[..]];
+    let okm = prk
+        .expand(&info_refs, hmac::HMAC_SHA256)
+        .map_err(|_| "key derivation failed")?;
+    Ok(hmac::Key::from(okm))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub mod keyring;
 pub mod token;
 
 pub use keyring::KeyRing;
-pub use token::{Claims, Kind, TokenError};
+pub use token::{Claims, Kind, Owner, TokenError};
 
 use crate::error::EdgeError;
 use crate::metrics::{self, TokenFailure, TokenOp};
@@ -117,23 +117,31 @@ pub fn open_session(
     })
 }
 
-/// Seal a session token of `kind` for what `member` of `pool` knows as `upstream_id` (a
-/// legacy session's id; what a bridged client declared), bound to `credential` when the
+/// Where a sealed session lives: `member` of `pool` knows it as `upstream_id` (a legacy
+/// session's id; what a bridged client declared); `owner` is the replica holding it when
+/// it lives inside one (a stdio pool's).
+pub struct Held<'a> {
+    pub pool: &'a str,
+    pub member: &'a str,
+    pub upstream_id: &'a str,
+    pub owner: Option<&'a Owner>,
+}
+
+/// Seal a session token of `kind` for the session `held`, bound to `credential` when the
 /// key ring binds them.
 pub fn seal_session(
     sessions: &Sessions,
     kind: Kind,
-    pool: &str,
-    member: &str,
-    upstream_id: &str,
+    held: Held<'_>,
     credential: Option<[u8; 16]>,
 ) -> Result<String, EdgeError> {
     let claims = Claims {
-        pool: pool.to_string(),
-        member: member.to_string(),
-        upstream_id: upstream_id.to_string(),
+        pool: held.pool.to_string(),
+        member: held.member.to_string(),
+        upstream_id: held.upstream_id.to_string(),
         issued_at: now_secs(),
         credential: credential.filter(|_| sessions.bind_credential),
+        owner: held.owner.cloned(),
     };
     let t = token::seal_kind(&sessions.ring, &claims, kind).map_err(|e| EdgeError::Internal {
         detail: format!("sealing a session token: {e}"),

@@ -9,9 +9,11 @@
 //! The version byte also says what the token names: 1 a legacy session, 2 a task (Tasks
 //! extension). A token of one kind never opens as the other. The version and key id are
 //! authenticated as associated data. Claims, in order:
-//! issue time (u64 seconds), flags (u8, bit 0: credential digest present), credential digest
-//! (16 bytes, if present), then pool, member and upstream session id, each as a u16 length
-//! and UTF-8 bytes.
+//! issue time (u64 seconds), flags (u8, bit 0: credential digest present; bit 1: owning
+//! replica present), credential digest (16 bytes, if present), then pool, member and upstream
+//! session id, each as a u16 length and UTF-8 bytes, then (bit 1) the owning replica: its boot
+//! id (u64) and its hand-off address (u16 length and UTF-8). Tokens sealed before replicas
+//! named themselves open unchanged (no owner: the replica that opens them holds the state).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -45,6 +47,17 @@ pub struct Claims {
     pub upstream_id: String,
     pub issued_at: u64,
     pub credential: Option<[u8; 16]>,
+    /// The replica holding the state the token names, when the state lives inside a replica
+    /// (a stdio pool's session) and replicas hand requests to each other (`[fleet]`).
+    pub owner: Option<Owner>,
+}
+
+/// A replica, as a token names it: its hand-off address and what tells it from a replica
+/// started later at the same address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub addr: String,
+    pub boot: u64,
 }
 
 /// Why a token did not open. Each is a 404 to the client.
@@ -104,17 +117,26 @@ pub fn seal_kind(ring: &KeyRing, claims: &Claims, kind: Kind) -> Result<String, 
     buf.extend_from_slice(&[kind as u8, key_id]);
     buf.extend_from_slice(&nonce);
     buf.extend_from_slice(&claims.issued_at.to_be_bytes());
+    let owned = if claims.owner.is_some() { 2 } else { 0 };
     match claims.credential {
         Some(d) => {
-            buf.push(1);
+            buf.push(1 | owned);
             buf.extend_from_slice(&d);
         }
-        None => buf.push(0),
+        None => buf.push(owned),
     }
-    for field in [&claims.pool, &claims.member, &claims.upstream_id] {
+    let put = |buf: &mut Vec<u8>, field: &str| -> Result<(), &'static str> {
         let len = u16::try_from(field.len()).map_err(|_| "claim too long")?;
         buf.extend_from_slice(&len.to_be_bytes());
         buf.extend_from_slice(field.as_bytes());
+        Ok(())
+    };
+    for field in [&claims.pool, &claims.member, &claims.upstream_id] {
+        put(&mut buf, field)?;
+    }
+    if let Some(owner) = &claims.owner {
+        buf.extend_from_slice(&owner.boot.to_be_bytes());
+        put(&mut buf, &owner.addr)?;
     }
     let (header, body) = buf.split_at_mut(HEADER_LEN);
     let tag = key
@@ -168,22 +190,36 @@ pub fn open_kind(
 
 fn parse_claims(mut b: &[u8]) -> Option<Claims> {
     let issued_at = u64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
-    let credential = match take(&mut b, 1)?[0] {
+    let flags = take(&mut b, 1)?[0];
+    if flags & !3 != 0 {
+        return None;
+    }
+    let credential = match flags & 1 {
         0 => None,
-        1 => Some(take(&mut b, 16)?.try_into().ok()?),
-        _ => return None,
+        _ => Some(take(&mut b, 16)?.try_into().ok()?),
     };
-    let mut field = || -> Option<String> {
-        let len = u16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
-        String::from_utf8(take(&mut b, len)?.to_vec()).ok()
+    let field = |b: &mut &[u8]| -> Option<String> {
+        let len = u16::from_be_bytes(take(b, 2)?.try_into().ok()?) as usize;
+        String::from_utf8(take(b, len)?.to_vec()).ok()
     };
-    let (pool, member, upstream_id) = (field()?, field()?, field()?);
+    let (pool, member, upstream_id) = (field(&mut b)?, field(&mut b)?, field(&mut b)?);
+    let owner = match flags & 2 {
+        0 => None,
+        _ => {
+            let boot = u64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
+            Some(Owner {
+                boot,
+                addr: field(&mut b)?,
+            })
+        }
+    };
     Some(Claims {
         pool,
         member,
         upstream_id,
         issued_at,
         credential,
+        owner,
     })
 }
 
@@ -211,7 +247,24 @@ mod tests {
             upstream_id: "0b7a3c1e-5f0c-4e43-9d1c-2f8d5b9f6a10".into(),
             issued_at: NOW,
             credential: super::super::credential_digest(Some(b"Bearer abc")),
+            owner: None,
         }
+    }
+
+    #[test]
+    fn a_token_names_its_owning_replica_and_old_tokens_name_none() {
+        let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
+        let owned = Claims {
+            owner: Some(Owner {
+                addr: "10.0.0.7:7444".into(),
+                boot: 0x0123_4567_89ab_cdef,
+            }),
+            ..claims()
+        };
+        let t = seal(&ring, &owned).unwrap();
+        assert_eq!(open(&ring, &t, NOW, 3600).unwrap(), owned);
+        let plain = seal(&ring, &claims()).unwrap();
+        assert_eq!(open(&ring, &plain, NOW, 3600).unwrap().owner, None);
     }
 
     #[test]

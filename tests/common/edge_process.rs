@@ -57,6 +57,13 @@ pub fn spawn(path: &std::path::Path, port: u16) -> Proc {
 }
 
 pub fn spawn_with(path: &std::path::Path, port: u16, env: &[(&str, &str)]) -> Proc {
+    spawn_at(path, SocketAddr::from(([127, 0, 0, 1], port)), env)
+}
+
+/// As [`spawn_with`], for an edge whose first listener is `listening` (another loopback
+/// address: one replica of several).
+pub fn spawn_at(path: &std::path::Path, listening: SocketAddr, env: &[(&str, &str)]) -> Proc {
+    let port = listening.port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
         .args(["--config", &path.display().to_string()])
         .env("RUST_LOG", "info")
@@ -73,7 +80,7 @@ pub fn spawn_with(path: &std::path::Path, port: u16, env: &[(&str, &str)]) -> Pr
             sink.lock().unwrap().push(line);
         }
     });
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
+    wait_listening(listening);
     Proc { child, port, log }
 }
 

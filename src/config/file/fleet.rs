@@ -17,6 +17,11 @@ pub struct FleetSection {
     /// A replica that does not accept a connection this fast is not live.
     #[serde(default = "timeout_ms")]
     pub timeout_ms: NonZeroU64,
+    /// Where this replica takes requests other replicas hand it (hand-off on).
+    pub handoff_listen: Option<std::net::SocketAddr>,
+    /// Where the other replicas reach that listener: `IP:port`, `${VAR}` taken from the
+    /// environment (`${POD_IP}:7444`).
+    pub advertise: Option<String>,
 }
 
 fn interval_ms() -> NonZeroU64 {

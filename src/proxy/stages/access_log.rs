@@ -186,7 +186,7 @@ fn log_line(session: &Session, ctx: &Ctx) {
         trace_id,
         span_id,
         client_trace_id,
-        client: super::forwarding::client_address(session, &ctx.snapshot.forwarding),
+        client: super::forwarding::client_address(session, ctx),
         principal: principal.map(|p| p.subject.as_str()),
         issuer: principal.map(|p| p.issuer.as_str()),
         tenant: principal.and_then(|p| p.tenant.as_deref()),

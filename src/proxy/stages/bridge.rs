@@ -254,7 +254,17 @@ fn seal(
         detail: e.to_string(),
     })?;
     let pool = &route.pool.name;
-    let t = session::seal_session(sessions, Kind::Bridge, pool, "", &carried, credential)?;
+    let t = session::seal_session(
+        sessions,
+        Kind::Bridge,
+        session::Held {
+            pool,
+            member: "",
+            upstream_id: &carried,
+            owner: None,
+        },
+        credential,
+    )?;
     if t.len() > crate::session::token::MAX_TOKEN_CHARS {
         return Err(EdgeError::InvalidRequest {
             detail: "the client's capabilities and clientInfo are too large to bridge".into(),

@@ -18,6 +18,7 @@ use http::header::{HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
+use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Outbound, Stage};
 use crate::runtime::Forwarding as Settings;
 
@@ -38,12 +39,14 @@ impl Stage for Forwarding {
                 let authority = req.uri.authority()?;
                 HeaderValue::from_str(authority.as_str()).ok()
             });
-        let client = peer(o.session);
+        let client = peer(o.session, o.ctx);
+        // A request another replica handed here: what it saw of the client.
+        let tls = o.ctx.request.hop.as_ref().map_or(o.edge.tls, |h| h.tls);
         apply(
             o.head,
             &o.ctx.snapshot.forwarding,
             client,
-            o.edge.tls,
+            tls,
             host.as_ref(),
         )?;
         match (&o.ctx.endpoint()?.route.pool.host, host) {
@@ -58,8 +61,12 @@ impl Stage for Forwarding {
     }
 }
 
-/// The address of the client connection.
-pub fn peer(session: &Session) -> Option<IpAddr> {
+/// The address of the client connection (of a request another replica handed here: the
+/// client's, as that replica saw it).
+pub fn peer(session: &Session, ctx: &Ctx) -> Option<IpAddr> {
+    if let Some(hop) = &ctx.request.hop {
+        return hop.client;
+    }
     session
         .client_addr()
         .and_then(|a| a.as_inet())
@@ -67,9 +74,14 @@ pub fn peer(session: &Session) -> Option<IpAddr> {
 }
 
 /// Who the client is: the connection's address, or behind a trusted proxy the client the
-/// proxy names (the rightmost `X-Forwarded-For` entry that is not a trusted proxy).
-pub fn client_address(session: &Session, forwarding: &Settings) -> Option<IpAddr> {
-    let peer = peer(session)?.to_canonical();
+/// proxy names (the rightmost `X-Forwarded-For` entry that is not a trusted proxy). A
+/// request another replica handed here: the client that replica found.
+pub fn client_address(session: &Session, ctx: &Ctx) -> Option<IpAddr> {
+    if let Some(hop) = &ctx.request.hop {
+        return hop.client;
+    }
+    let forwarding = &ctx.snapshot.forwarding;
+    let peer = peer(session, ctx)?.to_canonical();
     if !forwarding.trusts(peer) {
         return Some(peer);
     }

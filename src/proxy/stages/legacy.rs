@@ -144,7 +144,10 @@ impl Stage for Legacy {
 
 /// The token a request carries: `Mcp-Session-Id` on the Streamable HTTP endpoint, the
 /// session query parameter on the HTTP+SSE messages endpoint (required there).
-fn token_of<'r>(req: &'r RequestHeader, endpoint: &Endpoint) -> Result<Option<&'r str>, EdgeError> {
+pub(crate) fn token_of<'r>(
+    req: &'r RequestHeader,
+    endpoint: &Endpoint,
+) -> Result<Option<&'r str>, EdgeError> {
     match endpoint.kind {
         EndpointKind::Streamable => match headers::single(&req.headers, SESSION_ID) {
             Ok(v) => Ok(v.map(|v| std::str::from_utf8(v).unwrap_or("\u{fffd}"))),
@@ -245,21 +248,31 @@ fn seal_session_header(resp: &mut ResponseHeader, ctx: &Ctx) -> pingora::Result<
                 resp.remove_header(SESSION_ID);
                 return Ok(());
             };
-            let pool = &ctx.endpoint()?.route.pool.name;
+            let pool = &ctx.endpoint()?.route.pool;
             let credential = state.and_then(|s| s.credential);
-            session::seal_session(
-                sessions,
-                Kind::Session,
-                pool,
-                &member.label,
-                &raw,
-                credential,
-            )
-            .map_err(edge_failure)?
+            let held = session::Held {
+                pool: &pool.name,
+                member: &member.label,
+                upstream_id: &raw,
+                owner: owner(ctx, pool),
+            };
+            session::seal_session(sessions, Kind::Session, held, credential)
+                .map_err(edge_failure)?
         }
     };
     resp.insert_header(SESSION_ID, token)?;
     Ok(())
+}
+
+/// The replica a session of `pool` lives in, named in its token: this one, when the session
+/// lives inside the replica (a stdio pool's) and replicas hand requests to each other.
+fn owner<'c>(ctx: &'c Ctx, pool: &Pool) -> Option<&'c session::Owner> {
+    owner_of(ctx.snapshot.fleet.as_deref(), pool)
+}
+
+fn owner_of<'f>(fleet: Option<&'f crate::fleet::Fleet>, pool: &Pool) -> Option<&'f session::Owner> {
+    pool.stdio.get()?;
+    fleet?.this()
 }
 
 /// Feed one upstream chunk of an HTTP+SSE stream through the endpoint rewriter. A token that
@@ -281,20 +294,19 @@ fn rewrite_sse_chunk(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> ping
     }
     let route = &endpoint.route;
     let credential = state.credential;
+    let owner = owner_of(ctx.snapshot.fleet.as_deref(), &route.pool);
     let mut failure = None;
     let mut swap = |url: &str| {
         sse::rewrite_endpoint_url(url, &route.prefix, &route.session_params, &mut |sid| {
-            let pool = &route.pool.name;
-            session::seal_session(
-                sessions,
-                Kind::Session,
-                pool,
-                &member.label,
-                sid,
-                credential,
-            )
-            .map_err(|e| failure = Some(e))
-            .ok()
+            let held = session::Held {
+                pool: &route.pool.name,
+                member: &member.label,
+                upstream_id: sid,
+                owner,
+            };
+            session::seal_session(sessions, Kind::Session, held, credential)
+                .map_err(|e| failure = Some(e))
+                .ok()
         })
     };
     let mut out = match body.take() {

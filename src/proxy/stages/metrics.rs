@@ -60,6 +60,10 @@ impl Stage for Metrics {
     }
 
     fn logging(_session: &Session, ctx: &mut Ctx) {
+        if ctx.handed_off() && ctx.error.is_none() {
+            // Counted where it was served (`mcp_edge_handoffs_total{outcome="sent"}` here).
+            return;
+        }
         let seconds = ctx.started.elapsed().as_secs_f64();
         let l = &ctx.labels;
         // A request refused before a route was found counts under `route="none"`.

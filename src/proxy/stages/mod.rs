@@ -7,6 +7,7 @@ pub mod access_log;
 pub mod bridge;
 pub mod cors;
 pub mod forwarding;
+pub mod handoff;
 pub mod identity;
 pub mod legacy;
 pub mod limits;
@@ -35,5 +36,6 @@ pub struct State {
     pub tasks: Option<Box<tasks::State>>,
     pub bridge: Option<Box<bridge::State>>,
     pub legacy: Option<Box<legacy::State>>,
+    pub handoff: Option<Box<handoff::State>>,
     pub policy: Option<Box<policy::State>>,
 }

@@ -46,8 +46,8 @@ impl Stage for Rate {
                 policy.is_none_or(|p| p.grant(principal).allows(Kind::Tool, name))
             });
         let address = match principal {
-            Some(_) => super::forwarding::peer(a.session).map(|ip| ip.to_canonical()),
-            None => super::forwarding::client_address(a.session, &a.ctx.snapshot.forwarding),
+            Some(_) => super::forwarding::peer(a.session, a.ctx).map(|ip| ip.to_canonical()),
+            None => super::forwarding::client_address(a.session, a.ctx),
         };
         let caller = rate::caller_key(principal, address);
         let snapshot = &a.ctx.snapshot;

@@ -335,6 +335,7 @@ fn seal(
         issued_at: now_secs(),
         // On a route with `auth`, a task is its principal's (a refreshed token keeps it).
         credential: principal,
+        owner: None,
     };
     let t =
         token::seal_kind(&sessions.ring, &claims, Kind::Task).map_err(|e| EdgeError::Internal {

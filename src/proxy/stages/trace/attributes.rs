@@ -41,8 +41,7 @@ pub fn connection(session: &Session, ctx: &Ctx) -> Vec<Attribute> {
             http_method(&session.req_header().method),
         ),
     ]);
-    let client =
-        crate::proxy::stages::forwarding::client_address(session, &ctx.snapshot.forwarding);
+    let client = crate::proxy::stages::forwarding::client_address(session, ctx);
     if let Some(ip) = client {
         kv.push(attr("client.address", ip));
     }
@@ -198,6 +197,7 @@ pub fn decisions(ctx: &Ctx, status: Option<u16>) -> Vec<Attribute> {
         let held = match p.holds {
             Holds::Session => "session",
             Holds::Task => "task",
+            Holds::ReplicaSession | Holds::ReplicaCaller => "replica",
         };
         kv.push(attr("mcp.edge.pinned", held));
     }

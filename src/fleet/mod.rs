@@ -7,13 +7,22 @@
 //! never fewer than one is counted.
 //!
 //! What uses it: a fleet-wide rate limit that has to decide locally (its store is down) gives
-//! each replica the limit divided by the live replicas ([`crate::identity::rate`]).
-//! Membership changes are logged and exported (`mcp_edge_fleet_replicas{state}`).
+//! each replica the limit divided by the live replicas ([`crate::identity::rate`]); with
+//! `handoff_listen`, a request for state another replica holds goes to that replica
+//! ([`handoff`], signed by [`hop`]). Membership changes are logged and exported
+//! (`mcp_edge_fleet_replicas{state}`).
+
+pub mod handoff;
+pub mod hop;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::routing::Member;
+use crate::session::Owner;
+pub use handoff::Handoff;
 
 /// Rounds a new live count must hold before it is the fleet's: a replica that answers one
 /// round and not the next does not resize every share (and refill every bucket) each time.
@@ -33,6 +42,9 @@ pub struct Settings {
     pub peers: Peers,
     pub interval: Duration,
     pub timeout: Duration,
+    /// Replicas hand requests to each other (`handoff_listen`): the peers are their
+    /// hand-off listeners, this replica one of them.
+    pub handoff: Option<Handoff>,
 }
 
 #[derive(Debug)]
@@ -40,9 +52,15 @@ pub struct Fleet {
     pub settings: Settings,
     /// The replicas known now (resolved), and which of them answered.
     known: Mutex<Vec<SocketAddr>>,
-    /// The live count the fleet goes by (settled), and the last rounds' counts.
+    /// The live count the fleet goes by (settled), the replicas it counts, and the last
+    /// rounds' answers.
     live: AtomicUsize,
-    seen: Mutex<Vec<usize>>,
+    members: Mutex<Vec<SocketAddr>>,
+    seen: Mutex<Vec<Vec<SocketAddr>>>,
+    /// This replica as its tokens name it (with `handoff`).
+    this: Option<Owner>,
+    /// The other replicas as the request path reaches them (made once each).
+    replicas: Mutex<Vec<Arc<Member>>>,
     /// A round is running (rounds never overlap).
     busy: AtomicBool,
     /// Said that only this replica is known (once per episode).
@@ -57,14 +75,56 @@ impl Fleet {
             Peers::Dns(_) => Vec::new(),
         };
         let live = known.len().max(1);
+        let this = settings.handoff.as_ref().map(Handoff::owner);
         Fleet {
             settings,
+            members: Mutex::new(known.clone()),
             known: Mutex::new(known),
             live: AtomicUsize::new(live),
             seen: Mutex::new(Vec::new()),
             busy: AtomicBool::new(false),
             alone: AtomicBool::new(false),
+            this,
+            replicas: Mutex::new(Vec::new()),
         }
+    }
+
+    /// This replica, as tokens name it, when replicas hand requests to each other.
+    pub fn this(&self) -> Option<&Owner> {
+        self.this.as_ref()
+    }
+
+    /// The live replicas the fleet goes by (settled), this one always among them.
+    pub fn live_replicas(&self) -> Vec<SocketAddr> {
+        let mut live = lock(&self.members).clone();
+        if let Some(h) = &self.settings.handoff {
+            if !live.contains(&h.advertise) {
+                live.push(h.advertise);
+            }
+        }
+        live
+    }
+
+    /// `addr` is a replica of this fleet now (known: resolved or listed).
+    pub fn knows(&self, addr: SocketAddr) -> bool {
+        self.lock().contains(&addr)
+    }
+
+    /// The replica at `addr` as a member the request path can go to (one per address).
+    pub fn replica(&self, addr: SocketAddr) -> Arc<Member> {
+        let mut replicas = lock(&self.replicas);
+        if let Some(m) = replicas.iter().find(|m| m.addr == addr) {
+            return m.clone();
+        }
+        let mut member = Member::new(addr);
+        member.label = format!("replica {addr}");
+        let member = Arc::new(member);
+        replicas.push(member.clone());
+        // A fleet's replicas are few; forget ones long gone rather than grow.
+        if replicas.len() > 256 {
+            replicas.remove(0);
+        }
+        member
     }
 
     /// Replicas alive now (at least one: this one).
@@ -76,6 +136,8 @@ impl Fleet {
     pub fn inherit(&self, old: &Fleet) {
         if old.settings.peers == self.settings.peers {
             *self.lock() = old.lock().clone();
+            *lock(&self.members) = lock(&old.members).clone();
+            *lock(&self.seen) = lock(&old.seen).clone();
             self.live
                 .store(old.live.load(Ordering::Relaxed), Ordering::Relaxed);
         }
@@ -104,7 +166,12 @@ impl Fleet {
             )
         }))
         .await;
-        let answered = answers.iter().filter(|ok| **ok).count();
+        let answered: Vec<SocketAddr> = known
+            .iter()
+            .zip(&answers)
+            .filter(|(_, ok)| **ok)
+            .map(|(a, _)| *a)
+            .collect();
         let before = std::mem::replace(&mut *self.lock(), known.clone());
         let live = self.settle(answered);
         let was = self.live.swap(live, Ordering::Relaxed);
@@ -123,16 +190,19 @@ impl Fleet {
         crate::metrics::fleet(known.len(), live);
     }
 
-    /// The count the fleet goes by: `answered` once it held [`SETTLE`] rounds in a row.
-    fn settle(&self, answered: usize) -> usize {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.push(answered);
+    /// The count the fleet goes by: the replicas that `answered` once the same ones did
+    /// [`SETTLE`] rounds in a row (then they are the fleet's members too).
+    fn settle(&self, answered: Vec<SocketAddr>) -> usize {
+        let mut seen = lock(&self.seen);
+        seen.push(answered.clone());
         if seen.len() > SETTLE {
             seen.remove(0);
         }
         let settled = seen.len() == SETTLE && seen.iter().all(|n| *n == answered);
         if settled {
-            answered
+            let count = answered.len();
+            *lock(&self.members) = answered;
+            count
         } else {
             self.live.load(Ordering::Relaxed)
         }
@@ -175,8 +245,12 @@ impl Fleet {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.known)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -194,6 +268,7 @@ mod tests {
             peers: Peers::Static(vec![up.local_addr().unwrap(), down]),
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
+            handoff: None,
         });
         assert_eq!(fleet.live(), 2, "a static list is taken as it is at first");
         fleet.refresh().await;
