@@ -20,6 +20,7 @@ import urllib.request
 
 import identity
 import instructions
+import handoff
 import stdio
 import tls
 import ratelimit
@@ -211,10 +212,11 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
-        # One part alone (bench/stdio.py, bench/identity.py, bench/tracing.py,
+        # One part alone (bench/stdio.py, bench/handoff.py, bench/identity.py, bench/tracing.py,
         # bench/ratelimit.py, bench/instructions.py), with the
         # full rounds.
         parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
+                 "--handoff": ("handoff", handoff, lambda: handoff.run(sys.modules[__name__], work)),
                  "--identity": ("identity", identity,
                                 lambda: identity.run(sys.modules[__name__], work, start_upstream())),
                  "--tracing": ("tracing", tracing,
@@ -406,6 +408,8 @@ def run(work, results):
         results["ts"] = measure(ts_targets, modern, 16)
         # stdio pools: the same server over stdio against over HTTP (bench/stdio.py).
         results["stdio"] = stdio.run(sys.modules[__name__], work)
+        # Hand-off: a request handed to the replica holding its state (bench/handoff.py).
+        results["handoff"] = handoff.run(sys.modules[__name__], work)
     elif IN_CI:
         sys.exit("TS SDK server: tests/peers/node_modules is missing (bash scripts/setup.sh installs it)")
     else:
@@ -494,6 +498,8 @@ def report(r):
         block += "\n\n" + ratelimit.block(r["ratelimit"])
     if "stdio" in r:
         block += "\n\n" + stdio.block(r["stdio"])
+    if "handoff" in r:
+        block += "\n\n" + handoff.block(r["handoff"])
     if "instructions" in r:
         block += "\n\n" + instructions.block(r["instructions"])
     print(head)

@@ -8,6 +8,7 @@
 #        bash bench/run.sh --tracing      (only tracing off, on at 100 %, collector down, bench/tracing.py)
 #        bash bench/run.sh --rate-limits  (only a rate limit in the edge against one in Redis, bench/ratelimit.py)
 #        bash bench/run.sh --stdio        (only a stdio pool against the same server over HTTP, bench/stdio.py)
+#        bash bench/run.sh --handoff      (only a request handed to the replica holding its state against one served there, bench/handoff.py)
 #        bash bench/run.sh --instructions (only instructions per request under callgrind, bench/instructions.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ cargo build --release --quiet --bin mcp-edge --example bench_upstream --example 
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt
-if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--instructions" ]; then
+if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--handoff" ] && [ "${1:-}" != "--instructions" ]; then
   cargo bench --quiet --bench tokens | tee -a bench/results/micro.txt
   cargo bench --quiet --bench inspect | tee -a bench/results/micro.txt
 fi

@@ -106,6 +106,7 @@ pub enum ErrorKind {
     StdioProcessExited,
     StdioUnresponsive,
     HopRefused,
+    ReplicaUnknown,
 }
 
 impl ErrorKind {
@@ -227,6 +228,9 @@ pub enum EdgeError {
     /// The hand-off listener takes only requests another replica of the fleet signed, each
     /// once: this one was not (`reason`: the `mcp_edge_handoffs_refused_total` label).
     HopRefused { reason: &'static str },
+    /// A legacy session token names a replica this one has never known (too new to have
+    /// been resolved yet): nothing was sent; the client may retry shortly.
+    ReplicaUnknown,
 }
 
 impl EdgeError {
@@ -272,6 +276,7 @@ impl EdgeError {
             EdgeError::StdioExited => ErrorKind::StdioProcessExited,
             EdgeError::StdioUnresponsive => ErrorKind::StdioUnresponsive,
             EdgeError::HopRefused { .. } => ErrorKind::HopRefused,
+            EdgeError::ReplicaUnknown => ErrorKind::ReplicaUnknown,
         }
     }
 
@@ -300,6 +305,7 @@ impl EdgeError {
             EdgeError::NoHealthyMember { .. }
             | EdgeError::Overloaded { .. }
             | EdgeError::StdioBusy
+            | EdgeError::ReplicaUnknown
             | EdgeError::StdioUnavailable { .. } => 503,
             EdgeError::StdioExited => 502,
             EdgeError::StdioUnresponsive => 504,
@@ -334,6 +340,7 @@ impl EdgeError {
             | EdgeError::UpstreamTimeout { .. }
             | EdgeError::UpstreamError { .. }
             | EdgeError::StdioBusy
+            | EdgeError::ReplicaUnknown
             | EdgeError::StdioUnavailable { .. }
             | EdgeError::StdioExited
             | EdgeError::StdioUnresponsive => code::INTERNAL,

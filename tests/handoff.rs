@@ -468,7 +468,13 @@ fn signed(fleet: &Fleet, to: &Replica, body: &str) -> (String, Vec<(String, Stri
     }
     let now = mcp_edge::session::token::now_secs();
     let client = Some("10.9.8.7".parse().unwrap());
-    let sig = mcp_edge::fleet::hop::sign(&ring, &head, client, false, body.as_bytes(), now);
+    let forward = mcp_edge::fleet::hop::Forward {
+        to: SocketAddr::new(to.ip, to.handoff),
+        client,
+        tls: false,
+        body: body.as_bytes(),
+    };
+    let sig = mcp_edge::fleet::hop::sign(&ring, &head, forward, now);
     let mut out: Vec<(String, String)> = headers
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -522,6 +528,13 @@ async fn the_handoff_listener_serves_only_what_a_replica_signed_and_only_once() 
     let (status, _) = send(&url, &headers, &other).await;
     assert_eq!(status, 403);
     assert_eq!(r.metric(&refused("body_altered")).await, 1.0);
+    // A forward for replica 0, sent to replica 1 instead: not for it.
+    let (_, headers) = signed(&fleet, r, &body);
+    let other = &fleet.replicas[1];
+    let elsewhere = format!("http://{}:{}/tenant", other.ip, other.handoff);
+    let (status, _) = send(&elsewhere, &headers, &body).await;
+    assert_eq!(status, 403);
+    assert_eq!(other.metric(&refused("forged")).await, 1.0);
     // Signed, new: served once; the same forward again is refused.
     let (url, headers) = signed(&fleet, r, &body);
     let (status, v) = send(&url, &headers, &body).await;

@@ -79,6 +79,9 @@ impl EdgeError {
             EdgeError::StdioUnavailable { detail } => detail.clone(),
             EdgeError::StdioExited => STDIO_EXITED.to_string(),
             EdgeError::StdioUnresponsive => STDIO_UNRESPONSIVE.to_string(),
+            EdgeError::ReplicaUnknown => {
+                "mcp-edge: the session's replica is not known here yet; try again shortly".to_string()
+            }
             EdgeError::HopRefused { reason } => {
                 format!("Forbidden: this listener serves only requests other replicas of the fleet signed ({reason})")
             }
@@ -141,6 +144,7 @@ impl EdgeError {
             // Load or a start that passes: a client may try again shortly.
             EdgeError::Overloaded { .. }
             | EdgeError::StdioBusy
+            | EdgeError::ReplicaUnknown
             | EdgeError::StdioUnavailable { .. } => headers.push(("retry-after", "1".into())),
             EdgeError::RateLimited {
                 retry_after_ms,

@@ -61,6 +61,8 @@ pub enum Whose {
     There(SocketAddr),
     /// The replica that held it is gone (restarted, or no longer in the fleet).
     Gone,
+    /// A replica this one has never known: too new to be resolved yet, perhaps.
+    Unknown(SocketAddr),
 }
 
 impl Fleet {
@@ -78,7 +80,9 @@ impl Fleet {
             // Only to a replica of this fleet: a token never names an address to connect to
             // that the fleet does not list.
             Ok(addr) if self.knows(addr) => Whose::There(addr),
-            _ => Whose::Gone,
+            Ok(addr) if self.knew(addr) => Whose::Gone,
+            Ok(addr) => Whose::Unknown(addr),
+            Err(_) => Whose::Gone,
         }
     }
 
@@ -121,6 +125,39 @@ fn weight(key: &[u8], replica: &SocketAddr) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::{Peers, Settings};
+    use std::time::Duration;
+
+    #[test]
+    fn a_token_leads_to_a_listed_replica_and_never_to_a_restarted_one() {
+        let [a, b] = [replicas(2)[0], replicas(2)[1]];
+        let fleet = Fleet::new(Settings {
+            peers: Peers::Static(vec![a, b]),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(100),
+            handoff: Some(Handoff {
+                listen: a,
+                advertise: a,
+            }),
+        });
+        let this = fleet.this().unwrap().clone();
+        assert_eq!(fleet.whose(&this), Whose::Here);
+        let owner = |addr: &str, boot| Owner {
+            addr: addr.into(),
+            boot,
+        };
+        assert_eq!(fleet.whose(&owner(&b.to_string(), 1)), Whose::There(b));
+        assert_eq!(
+            fleet.whose(&owner(&a.to_string(), this.boot ^ 1)),
+            Whose::Gone
+        );
+        let new: SocketAddr = "127.0.0.9:7444".parse().unwrap();
+        assert_eq!(
+            fleet.whose(&owner(&new.to_string(), 1)),
+            Whose::Unknown(new)
+        );
+        assert_eq!(fleet.whose(&owner("not an address", 1)), Whose::Gone);
+    }
 
     fn replicas(n: u8) -> Vec<SocketAddr> {
         (2..2 + n)

@@ -9,14 +9,16 @@
 //! either; the NetworkPolicy keeps everyone but edge pods off the listener.
 //!
 //! `x-mcp-edge-hop: 1 <key id> <unix seconds> <nonce> <client ip or -> <tls 0|1> <body
-//! sha256> <mac>` (hex). The MAC (HMAC-SHA256) covers every field before it, the method, the
-//! path and query, and each header that decides what the owner does ([`COVERED`]); the body
-//! by its digest, checked once the owner has read it. A forward older or newer than
+//! sha256> <mac>` (hex). The MAC (HMAC-SHA256) covers every field before it, the replica it
+//! is for (its hand-off address: a forward replayed to another replica does not verify), the
+//! method, the path and query, and each header that decides what the owner does
+//! ([`COVERED`], values without surrounding whitespace, as any HTTP/1.1 parser reads them);
+//! the body by its digest, checked once the owner has read it. A forward older or newer than
 //! [`WINDOW_SECS`] is refused; one whose nonce was seen is refused (a replay).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{LazyLock, Mutex};
 
 use pingora::http::RequestHeader;
@@ -30,9 +32,10 @@ use crate::session::KeyRing;
 pub const HEADER: &str = "x-mcp-edge-hop";
 /// How far a forward's time may be from the owner's clock.
 pub const WINDOW_SECS: u64 = 30;
-/// Nonces remembered at most (a replica signing more within the window is refused rather
-/// than remembered without bound).
-const MOST_NONCES: usize = 1 << 20;
+/// Nonces remembered at most per generation (a fleet handing more to one replica within a
+/// generation is refused, `busy`, rather than remembered without bound: 16 bytes and the
+/// map's overhead each, about 25 MiB for both generations full).
+const MOST_NONCES: usize = 1 << 19;
 
 /// The headers the signature covers: everything that decides what the owner does with the
 /// request (who calls, which session, which revision and method, how it answers).
@@ -66,14 +69,17 @@ pub use crate::metrics::HopRefused as Refused;
 
 /// The signature for `head` (as it is about to be sent) and `body`, from the replica that
 /// saw the client at `client`.
-pub fn sign(
-    ring: &KeyRing,
-    head: &RequestHeader,
-    client: Option<IpAddr>,
-    tls: bool,
-    body: &[u8],
-    now: u64,
-) -> String {
+/// What a replica hands another: where to, and what it saw of the client.
+#[derive(Debug, Clone, Copy)]
+pub struct Forward<'a> {
+    /// The hand-off address of the replica the request is for.
+    pub to: SocketAddr,
+    pub client: Option<IpAddr>,
+    pub tls: bool,
+    pub body: &'a [u8],
+}
+
+pub fn sign(ring: &KeyRing, head: &RequestHeader, forward: Forward<'_>, now: u64) -> String {
     let (id, key) = ring.signer();
     let mut nonce = [0u8; 16];
     if SystemRandom::new().fill(&mut nonce).is_err() {
@@ -87,17 +93,24 @@ pub fn sign(
         key: id,
         time: now,
         nonce: hex(&nonce),
-        client: client.map_or_else(|| "-".to_string(), |c| c.to_string()),
-        tls,
-        body: hex(digest(&SHA256, body).as_ref()),
+        client: forward
+            .client
+            .map_or_else(|| "-".to_string(), |c| c.to_string()),
+        tls: forward.tls,
+        body: hex(digest(&SHA256, forward.body).as_ref()),
     };
-    let mac = hmac::sign(key, &canonical(&fields, head));
+    let mac = hmac::sign(key, &canonical(&fields, forward.to, head));
     format!("{} {}", fields.text(), hex(mac.as_ref()))
 }
 
-/// Check the signature of a request that reached the hand-off listener (its body is checked
-/// against [`Hop::body`] once read).
-pub fn verify(ring: &KeyRing, head: &RequestHeader, now: u64) -> Result<Hop, Refused> {
+/// Check the signature of a request that reached the hand-off listener of the replica at
+/// `me` (its body is checked against [`Hop::body`] once read).
+pub fn verify(
+    ring: &KeyRing,
+    head: &RequestHeader,
+    me: SocketAddr,
+    now: u64,
+) -> Result<Hop, Refused> {
     let mut values = head.headers.get_all(HEADER).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return Err(Refused::Unsigned);
@@ -108,10 +121,10 @@ pub fn verify(ring: &KeyRing, head: &RequestHeader, now: u64) -> Result<Hop, Ref
     if now.abs_diff(fields.time) > WINDOW_SECS {
         return Err(Refused::Stale);
     }
-    hmac::verify(key, &canonical(&fields, head), &mac).map_err(|_| Refused::Forged)?;
-    if !REPLAYS.first_time(&fields.nonce, fields.time.saturating_add(WINDOW_SECS), now) {
-        return Err(Refused::Replayed);
-    }
+    hmac::verify(key, &canonical(&fields, me, head), &mac).map_err(|_| Refused::Forged)?;
+    let mut nonce = [0u8; 16];
+    unhex(&fields.nonce, &mut nonce).ok_or(Refused::Unsigned)?;
+    REPLAYS.first_time(nonce, now)?;
     let client = match fields.client.as_str() {
         "-" => None,
         c => Some(c.parse().map_err(|_| Refused::Unsigned)?),
@@ -181,12 +194,15 @@ fn parse(text: &str) -> Option<(Fields, Vec<u8>)> {
     Some((fields, mac_bytes))
 }
 
-/// What the MAC covers, as bytes: the fields, the method, the target and the covered
-/// headers (each by name, every value in order).
-fn canonical(fields: &Fields, head: &RequestHeader) -> Vec<u8> {
+/// What the MAC covers, as bytes: the fields, the replica it is for, the method, the target
+/// and the covered headers (each by name, every value in order, without surrounding
+/// whitespace).
+fn canonical(fields: &Fields, to: SocketAddr, head: &RequestHeader) -> Vec<u8> {
     let mut out = String::with_capacity(512);
     out.push_str("mcp-edge/hop/v1\n");
     out.push_str(&fields.text());
+    out.push('\n');
+    out.push_str(&to.to_string());
     out.push('\n');
     out.push_str(head.method.as_str());
     out.push('\n');
@@ -197,7 +213,7 @@ fn canonical(fields: &Fields, head: &RequestHeader) -> Vec<u8> {
         bytes.extend_from_slice(name.as_bytes());
         bytes.push(b':');
         for v in head.headers.get_all(name) {
-            bytes.extend_from_slice(v.as_bytes());
+            bytes.extend_from_slice(v.as_bytes().trim_ascii());
             bytes.push(0);
         }
         bytes.push(b'\n');
@@ -224,27 +240,50 @@ fn unhex(text: &str, out: &mut [u8]) -> Option<()> {
     Some(())
 }
 
-/// The nonces of forwards seen within the window, until their window ends.
+/// The nonces of forwards seen, in two generations that take turns: a nonce is remembered
+/// for at least one generation ([`GENERATION_SECS`]), longer than a signature can still be
+/// inside the window once seen.
 struct Replays {
-    seen: Mutex<HashMap<String, u64>>,
+    seen: Mutex<Generations>,
 }
 
+#[derive(Default)]
+struct Generations {
+    current: HashSet<[u8; 16]>,
+    previous: HashSet<[u8; 16]>,
+    /// When `current` began.
+    began: u64,
+}
+
+/// A signature is inside the window from its time − 30 s to its time + 30 s; seen at the
+/// earliest at its time − 30 s, it must be remembered until 60 s later.
+const GENERATION_SECS: u64 = 2 * WINDOW_SECS;
+
 static REPLAYS: LazyLock<Replays> = LazyLock::new(|| Replays {
-    seen: Mutex::new(HashMap::new()),
+    seen: Mutex::new(Generations::default()),
 });
 
 impl Replays {
-    /// Remember `nonce` until `until`; `false` when it was seen (or no room is left).
-    fn first_time(&self, nonce: &str, until: u64, now: u64) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() >= MOST_NONCES / 2 {
-            seen.retain(|_, end| *end >= now);
+    /// Remember `nonce`: refused when it was seen (a replay) or no room is left.
+    fn first_time(&self, nonce: [u8; 16], now: u64) -> Result<(), Refused> {
+        let mut g = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_sub(g.began) >= GENERATION_SECS {
+            let current = std::mem::take(&mut g.current);
+            // Two generations or more without a forward: nothing is left to remember.
+            g.previous = match now.saturating_sub(g.began) >= 2 * GENERATION_SECS {
+                true => HashSet::new(),
+                false => current,
+            };
+            g.began = now;
         }
-        if seen.contains_key(nonce) || seen.len() >= MOST_NONCES {
-            return false;
+        if g.current.contains(&nonce) || g.previous.contains(&nonce) {
+            return Err(Refused::Replayed);
         }
-        seen.insert(nonce.to_string(), until);
-        true
+        if g.current.len() >= MOST_NONCES {
+            return Err(Refused::Busy);
+        }
+        g.current.insert(nonce);
+        Ok(())
     }
 }
 
@@ -264,9 +303,19 @@ mod tests {
         h
     }
 
+    fn me() -> SocketAddr {
+        "10.0.0.2:7444".parse().unwrap()
+    }
+
     fn signed(ring: &KeyRing, body: &[u8], now: u64) -> RequestHeader {
         let mut h = head();
-        let sig = sign(ring, &h, Some("10.1.2.3".parse().unwrap()), true, body, now);
+        let forward = Forward {
+            to: me(),
+            client: Some("10.1.2.3".parse().unwrap()),
+            tls: true,
+            body,
+        };
+        let sig = sign(ring, &h, forward, now);
         h.insert_header(HEADER, sig).unwrap();
         h
     }
@@ -275,25 +324,25 @@ mod tests {
     fn a_signed_forward_opens_once_with_what_the_first_replica_saw() {
         let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
         let h = signed(&ring, b"{}", NOW);
-        let hop = verify(&ring, &h, NOW + 3).unwrap();
+        let hop = verify(&ring, &h, me(), NOW + 3).unwrap();
         assert_eq!(hop.client, Some("10.1.2.3".parse().unwrap()));
         assert!(hop.tls);
         assert_eq!(hop.body, body_digest(b"{}"));
-        assert_eq!(verify(&ring, &h, NOW + 3), Err(Refused::Replayed));
+        assert_eq!(verify(&ring, &h, me(), NOW + 3), Err(Refused::Replayed));
     }
 
     #[test]
     fn anything_changed_unsigned_stale_or_of_another_ring_is_refused() {
         let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
         let other = KeyRing::parse(&format!("1:{S2}")).unwrap();
-        assert_eq!(verify(&ring, &head(), NOW), Err(Refused::Unsigned));
+        assert_eq!(verify(&ring, &head(), me(), NOW), Err(Refused::Unsigned));
         let h = signed(&other, b"", NOW);
-        assert_eq!(verify(&ring, &h, NOW), Err(Refused::Forged));
+        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged));
         let rotated = KeyRing::parse(&format!("2:{S2}")).unwrap();
         let h = signed(&rotated, b"", NOW);
-        assert_eq!(verify(&ring, &h, NOW), Err(Refused::UnknownKey));
+        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::UnknownKey));
         let h = signed(&ring, b"", NOW);
-        assert_eq!(verify(&ring, &h, NOW + 31), Err(Refused::Stale));
+        assert_eq!(verify(&ring, &h, me(), NOW + 31), Err(Refused::Stale));
         for (name, value) in [
             ("authorization", "Bearer k-bob"),
             ("mcp-session-id", "other"),
@@ -301,19 +350,76 @@ mod tests {
         ] {
             let mut h = signed(&ring, b"", NOW);
             h.insert_header(name, value).unwrap();
-            assert_eq!(verify(&ring, &h, NOW), Err(Refused::Forged), "{name}");
+            assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged), "{name}");
         }
         let mut h = signed(&ring, b"", NOW);
         h.set_uri("/mcp?x=2".parse().unwrap());
-        assert_eq!(verify(&ring, &h, NOW), Err(Refused::Forged));
+        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged));
         let mut h = signed(&ring, b"", NOW);
         let v = h.headers.get(HEADER).unwrap().to_str().unwrap().to_string();
         h.insert_header(HEADER, v.replace(" 10.1.2.3 1 ", " 10.1.2.3 0 "))
             .unwrap();
-        assert_eq!(verify(&ring, &h, NOW), Err(Refused::Forged), "the tls flag");
+        assert_eq!(
+            verify(&ring, &h, me(), NOW),
+            Err(Refused::Forged),
+            "the tls flag"
+        );
+        // Another replica's forward, replayed here.
+        let h = signed(&ring, b"", NOW);
+        let other: SocketAddr = "10.0.0.3:7444".parse().unwrap();
+        assert_eq!(verify(&ring, &h, other, NOW), Err(Refused::Forged));
+        // Whitespace around a value (an HTTP/2 client's) is not what the owner reads.
+        let mut h = head();
+        h.insert_header("mcp-method", " tools/call ").unwrap();
+        let forward = Forward {
+            to: me(),
+            client: None,
+            tls: false,
+            body: b"",
+        };
+        let sig = sign(&ring, &h, forward, NOW);
+        h.insert_header("mcp-method", "tools/call").unwrap();
+        h.insert_header(HEADER, sig).unwrap();
+        assert!(verify(&ring, &h, me(), NOW).is_ok());
         // A ring that rotated keeps verifying what its older key signed.
         let both = KeyRing::parse(&format!("2:{S2}\n1:{S1}")).unwrap();
         let h = signed(&ring, b"", NOW);
-        assert!(verify(&both, &h, NOW).is_ok());
+        assert!(verify(&both, &h, me(), NOW).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod replays {
+    use super::*;
+
+    #[test]
+    fn a_nonce_is_remembered_a_generation_at_least_and_room_is_bounded() {
+        let r = Replays {
+            seen: Mutex::new(Generations::default()),
+        };
+        let t = 1_800_000_000;
+        assert_eq!(r.first_time([1; 16], t), Ok(()));
+        assert_eq!(r.first_time([1; 16], t + 59), Err(Refused::Replayed));
+        assert_eq!(r.first_time([2; 16], t + 61), Ok(()), "a new generation");
+        assert_eq!(
+            r.first_time([1; 16], t + 100),
+            Err(Refused::Replayed),
+            "the previous one"
+        );
+        assert_eq!(
+            r.first_time([3; 16], t + 400),
+            Ok(()),
+            "long idle: both forgotten"
+        );
+        assert_eq!(r.first_time([1; 16], t + 401), Ok(()));
+        let full = Replays {
+            seen: Mutex::new(Generations::default()),
+        };
+        for i in 0..MOST_NONCES as u32 {
+            let mut n = [0u8; 16];
+            n[..4].copy_from_slice(&i.to_be_bytes());
+            assert_eq!(full.first_time(n, t), Ok(()));
+        }
+        assert_eq!(full.first_time([9; 16], t), Err(Refused::Busy));
     }
 }

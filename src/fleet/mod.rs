@@ -27,6 +27,8 @@ pub use handoff::Handoff;
 /// Rounds a new live count must hold before it is the fleet's: a replica that answers one
 /// round and not the next does not resize every share (and refill every bucket) each time.
 const SETTLE: usize = 2;
+/// Replicas remembered as having been in the fleet.
+const MOST_REMEMBERED: usize = 1024;
 
 /// Where the replicas come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +54,9 @@ pub struct Fleet {
     pub settings: Settings,
     /// The replicas known now (resolved), and which of them answered.
     known: Mutex<Vec<SocketAddr>>,
+    /// Every replica known at some time (the latest [`MOST_REMEMBERED`]): one no longer
+    /// known has left; one never known may be too new to be resolved yet.
+    ever: Mutex<Vec<SocketAddr>>,
     /// The live count the fleet goes by (settled), the replicas it counts, and the last
     /// rounds' answers.
     live: AtomicUsize,
@@ -79,6 +84,7 @@ impl Fleet {
         Fleet {
             settings,
             members: Mutex::new(known.clone()),
+            ever: Mutex::new(known.clone()),
             known: Mutex::new(known),
             live: AtomicUsize::new(live),
             seen: Mutex::new(Vec::new()),
@@ -110,6 +116,11 @@ impl Fleet {
         self.lock().contains(&addr)
     }
 
+    /// `addr` was a replica of this fleet at some time.
+    pub fn knew(&self, addr: SocketAddr) -> bool {
+        lock(&self.ever).contains(&addr)
+    }
+
     /// The replica at `addr` as a member the request path can go to (one per address).
     pub fn replica(&self, addr: SocketAddr) -> Arc<Member> {
         let mut replicas = lock(&self.replicas);
@@ -136,6 +147,7 @@ impl Fleet {
     pub fn inherit(&self, old: &Fleet) {
         if old.settings.peers == self.settings.peers {
             *self.lock() = old.lock().clone();
+            *lock(&self.ever) = lock(&old.ever).clone();
             *lock(&self.members) = lock(&old.members).clone();
             *lock(&self.seen) = lock(&old.seen).clone();
             self.live
@@ -173,6 +185,16 @@ impl Fleet {
             .map(|(a, _)| *a)
             .collect();
         let before = std::mem::replace(&mut *self.lock(), known.clone());
+        {
+            let mut ever = lock(&self.ever);
+            for addr in &known {
+                if !ever.contains(addr) {
+                    ever.push(*addr);
+                }
+            }
+            let over = ever.len().saturating_sub(MOST_REMEMBERED);
+            ever.drain(..over);
+        }
         let live = self.settle(answered);
         let was = self.live.swap(live, Ordering::Relaxed);
         if before != known || was != live {
@@ -199,7 +221,9 @@ impl Fleet {
             seen.remove(0);
         }
         let settled = seen.len() == SETTLE && seen.iter().all(|n| *n == answered);
-        if settled {
+        // The first answer is taken at once: until then only this replica was counted.
+        let first = lock(&self.members).is_empty();
+        if settled || first {
             let count = answered.len();
             *lock(&self.members) = answered;
             count

@@ -285,12 +285,12 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
         )?,
         handoffs: r.counter(
             "mcp_edge_handoffs_total",
-            "Requests for state another replica holds: sent to it, received from another (signed), or the holder unreachable",
+            "Requests for state another replica holds: sent to it, received from another (signed), the holder unreachable, or refused by it (key rings or clocks disagree)",
             &["outcome"],
         )?,
         handoffs_refused: r.counter(
             "mcp_edge_handoffs_refused_total",
-            "Requests the hand-off listener refused (never served), by reason: unsigned, unknown_key, stale, forged, replayed, body_altered",
+            "Requests the hand-off listener refused (never served), by reason: unsigned, unknown_key, stale, forged, replayed, body_altered, busy",
             &["reason"],
         )?,
         revisions: r.gauge(

@@ -175,6 +175,9 @@ pub enum Handoff {
     Received,
     /// The replica holding its state could not be reached.
     Unreachable,
+    /// The replica holding its state refused the signed request (its key ring or clock
+    /// disagrees with this one's).
+    Refused,
 }
 
 /// Why the hand-off listener refused a request: the `reason` label of
@@ -194,6 +197,8 @@ pub enum HopRefused {
     Replayed,
     /// The body is not the one signed.
     BodyAltered,
+    /// Too many forwards within a generation to remember them all (refused, not served).
+    Busy,
 }
 
 /// The memory budget and its push-back.

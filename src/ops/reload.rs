@@ -102,6 +102,14 @@ impl Reloader {
                     log::warn!("config: {w}");
                 }
                 let old = self.runtime.load_full();
+                if let Err(e) = same_handoff(&config.runtime, &old) {
+                    m.reload(metrics::ReloadResult::Failure);
+                    log::error!(
+                        "config reload from {} failed; keeping the running configuration: {e}",
+                        self.path.display()
+                    );
+                    return Err(vec![e]);
+                }
                 config.runtime.inherit(&old);
                 config.runtime.start();
                 for pool in config.runtime.pools.values() {
@@ -136,6 +144,17 @@ impl Reloader {
             }
         }
     }
+}
+
+/// The hand-off listener and the address this replica names in its tokens are the started
+/// ones: a reload that would change them (a listener nobody opened, tokens this replica no
+/// longer recognises as its own) is refused whole.
+fn same_handoff(new: &Runtime, running: &Runtime) -> Result<(), String> {
+    let handoff = |r: &Runtime| r.fleet.as_ref().and_then(|f| f.settings.handoff.clone());
+    if handoff(new) == handoff(running) {
+        return Ok(());
+    }
+    Err("fleet.handoff_listen and fleet.advertise are read at start: restart to change them".into())
 }
 
 /// A reloaded file changes what only a restart applies.

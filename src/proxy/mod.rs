@@ -181,7 +181,7 @@ impl ProxyHttp for Edge {
         ctx.response.encoded = media::is_encoded(&resp.headers);
         if ctx.handed_off() {
             // The replica holding the state wrote the answer: it passes as it is.
-            return Ok(());
+            return stages::handoff::answered(resp, ctx);
         }
         pipeline::response(resp, ctx, self)
     }

@@ -149,6 +149,7 @@ pipeline! {
     ],
     relay: [
         method::Method,
+        trace::Trace,
         handoff::HandOff,
     ],
     response: [

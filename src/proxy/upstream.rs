@@ -18,25 +18,21 @@ use crate::metrics;
 use crate::routing::{Member, Pick};
 
 /// The member for this try of the request.
-pub fn choose(ctx: &Ctx) -> Result<Arc<Member>, Box<Error>> {
-    let tried = &ctx.upstream.tried;
-    if let Some(pinned) = ctx
-        .request
-        .pinned
-        .as_ref()
-        .filter(|p| p.holds == Holds::ReplicaCaller)
-    {
+pub fn choose(ctx: &mut Ctx) -> Result<Arc<Member>, Box<Error>> {
+    let caller = ctx.request.pinned.as_ref();
+    if let Some(pinned) = caller.filter(|p| p.holds == Holds::ReplicaCaller) {
         // A caller's replica that refused the connection is leaving: the next one the fleet
         // will choose (nothing of the request reached the first).
-        if tried.is_empty() {
+        if ctx.upstream.tried.is_empty() {
             return Ok(pinned.member.clone());
         }
-        return super::stages::handoff::next_replica(ctx, tried).ok_or_else(|| {
+        return super::stages::handoff::next_replica(ctx).ok_or_else(|| {
             failed(EdgeError::ConnectFailed {
                 detail: "every replica that could keep the caller's process refused".into(),
             })
         });
     }
+    let tried = &ctx.upstream.tried;
     if let Some(pinned) = &ctx.request.pinned {
         // The member holding the state, and once more when a pooled connection to it was
         // found dead before the request was written.
@@ -97,14 +93,17 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
 /// the member for a while and let `choose` try another one; a session's member that refuses
 /// connections has lost the session (404, the client re-initialises), while one that is
 /// slow to accept is transient trouble (502, the client retries).
-pub fn connect_failed(ctx: &Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+pub fn connect_failed(ctx: &mut Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
+    let holds = ctx.request.pinned.as_ref().map(|p| p.holds);
+    if let Some(holds) = holds.filter(|h| h.by_replica()) {
+        if holds == Holds::ReplicaCaller && e.etype() == &ErrorType::ConnectRefused {
+            super::stages::handoff::refused(ctx);
+        }
+        return replica_failed(holds, peer, e);
+    }
     let Some(route) = ctx.route() else {
         return e;
     };
-    let holds = ctx.request.pinned.as_ref().map(|p| p.holds);
-    if let Some(holds) = holds.filter(|h| h.by_replica()) {
-        return replica_failed(holds, peer, e);
-    }
     if let Some(member) = ctx.upstream.member() {
         eject(&route.pool, member, &e);
     }

@@ -19,6 +19,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use pingora::http::ResponseHeader;
+
 use crate::error::{EdgeError, Rejection};
 use crate::fleet::handoff::Whose;
 use crate::fleet::hop::{self, Refused};
@@ -41,9 +43,16 @@ impl Stage for Arrival {
         if !a.edge.handoff {
             return Ok(Flow::Next);
         }
-        let verdict = match a.ctx.snapshot.sessions.as_deref() {
-            Some(s) => hop::verify(&s.ring, a.session.req_header(), now_secs()),
-            None => Err(Refused::UnknownKey),
+        let snapshot = &a.ctx.snapshot;
+        let me = snapshot
+            .fleet
+            .as_deref()
+            .and_then(|f| f.settings.handoff.as_ref());
+        let verdict = match (snapshot.sessions.as_deref(), me) {
+            (Some(s), Some(me)) => {
+                hop::verify(&s.ring, a.session.req_header(), me.advertise, now_secs())
+            }
+            _ => Err(Refused::UnknownKey),
         };
         match verdict {
             Ok(hop) => {
@@ -62,28 +71,43 @@ impl Stage for HandOff {
     const NAME: &'static str = "handoff";
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let Some(fleet) = a.ctx.snapshot.fleet.clone() else {
+            return Ok(Flow::Next);
+        };
         if let Some(hop) = &a.ctx.request.hop {
             let body = a.ctx.request.body.as_ref().map_or(&[][..], |b| b.bytes());
             if hop::body_digest(body) != hop.body {
                 return Err(refuse(Refused::BodyAltered));
             }
-            return Ok(Flow::Next);
+            // Served here, one hop at most; a session this replica does not hold (a replica
+            // restarted at the address the sender knew) is gone.
+            return match session_owner(a).map(|o| fleet.whose(&o)) {
+                None | Some(Whose::Here) => Ok(Flow::Next),
+                Some(_) => Err(Rejection::with_id(gone(), a.ctx.request_id().cloned())),
+            };
         }
-        let Some(fleet) = a.ctx.snapshot.fleet.clone() else {
-            return Ok(Flow::Next);
-        };
         if fleet.this().is_none() {
             return Ok(Flow::Next);
         }
         let reject = |e| Rejection::with_id(e, a.ctx.request_id().cloned());
-        match holder(a, &fleet).map_err(reject)? {
+        let mut holder = holder(a, &fleet);
+        if let Err(Miss::Unknown) = holder {
+            // A replica too new to be resolved yet, perhaps: ask the fleet again once.
+            fleet.refresh().await;
+            holder = self::holder(a, &fleet);
+        }
+        let holder = holder.map_err(|e| reject(e.into()))?;
+        match holder {
             None => Ok(Flow::Next),
             Some(Holder { first, holds, next }) => {
                 a.ctx.request.pinned = Some(Pinned {
                     member: fleet.replica(first),
                     holds,
                 });
-                a.ctx.stages.handoff = Some(Box::new(State { next }));
+                a.ctx.stages.handoff = Some(Box::new(State {
+                    next,
+                    refused: false,
+                }));
                 metrics::get().handoff(Handoff::Sent);
                 Ok(Flow::HandOff)
             }
@@ -104,16 +128,19 @@ impl Stage for HandOff {
             }
         }
         o.head.remove_header(hop::HEADER);
-        let client = client(o);
+        // The owner's trace stage says whether its member gets the edge's span.
+        o.head.remove_header(crate::stdio::TRACED_HEADER);
+        let Some(to) = o.ctx.upstream.member().map(|m| m.addr) else {
+            return Ok(());
+        };
         let body = o.ctx.stored.bytes();
-        let signature = hop::sign(
-            &sessions.ring,
-            o.head,
-            client,
-            o.edge.tls,
-            &body,
-            now_secs(),
-        );
+        let forward = hop::Forward {
+            to,
+            client: client(o),
+            tls: o.edge.tls,
+            body: &body,
+        };
+        let signature = hop::sign(&sessions.ring, o.head, forward, now_secs());
         o.head.insert_header(hop::HEADER, signature)
     }
 }
@@ -123,17 +150,32 @@ pub struct State {
     /// A `per_principal` caller's next keepers, in order (this replica among them: through
     /// its own hand-off listener); none for a session, which only its replica holds.
     pub next: Vec<SocketAddr>,
+    /// The last try's replica refused the connection (it is leaving): the next try goes to
+    /// the next keeper, not to it again.
+    pub refused: bool,
 }
 
-/// The next replica for a request whose tries so far refused the connection.
-pub fn next_replica(ctx: &Ctx, tried: &[Arc<Member>]) -> Option<Arc<Member>> {
-    let state = ctx.stages.handoff.as_deref()?;
+/// The replica for another try of a caller's request: the next keeper after a refused
+/// connection, else (a pooled connection found dead before anything was written) the same.
+pub fn next_replica(ctx: &mut Ctx) -> Option<Arc<Member>> {
+    let tried = &ctx.upstream.tried;
+    let state = ctx.stages.handoff.as_deref_mut()?;
+    if !std::mem::take(&mut state.refused) {
+        return tried.last().cloned();
+    }
     let fleet = ctx.snapshot.fleet.as_deref()?;
     let addr = state
         .next
         .iter()
         .find(|a| !tried.iter().any(|m| m.addr == **a))?;
     Some(fleet.replica(*addr))
+}
+
+/// The last try's replica refused the connection.
+pub fn refused(ctx: &mut Ctx) {
+    if let Some(state) = ctx.stages.handoff.as_deref_mut() {
+        state.refused = true;
+    }
 }
 
 /// The replica holding the request's state, and the others it may go to.
@@ -143,56 +185,103 @@ struct Holder {
     next: Vec<SocketAddr>,
 }
 
+/// The head of the answer a request handed on got: passed as it is, unless the replica
+/// refused the signed request (the fleet's key rings or clocks disagree: the client is not
+/// at fault, and gets 502).
+pub fn answered(head: &ResponseHeader, ctx: &mut Ctx) -> pingora::Result<()> {
+    ctx.upstream.status = Some(head.status.as_u16());
+    let refused = head.status == http::StatusCode::FORBIDDEN
+        && head
+            .headers
+            .get(crate::error::ERROR_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"hop_refused");
+    if !refused {
+        return Ok(());
+    }
+    metrics::get().handoff(Handoff::Refused);
+    Err(pingora::Error::because(
+        pingora::ErrorType::HTTPStatus(502),
+        "the replica holding the state refused the hand-off",
+        EdgeError::UpstreamError {
+            detail: "the replica holding the request's state refused it (hop_refused: the replicas' key rings or clocks disagree)".into(),
+        },
+    ))
+}
+
 /// The client as the first replica saw it.
 fn client(o: &Outbound<'_>) -> Option<IpAddr> {
     super::forwarding::client_address(o.session, o.ctx)
 }
 
+/// Why a request's holder is not found: the session's replica is gone, or not known yet.
+enum Miss {
+    Gone,
+    Unknown,
+}
+
+impl From<Miss> for EdgeError {
+    fn from(m: Miss) -> EdgeError {
+        match m {
+            Miss::Gone => gone(),
+            Miss::Unknown => EdgeError::ReplicaUnknown,
+        }
+    }
+}
+
+/// A session whose replica is gone (counted): 404, the client initialises again.
+fn gone() -> EdgeError {
+    metrics::get().token_failure(TokenFailure::MemberGone);
+    EdgeError::SessionMemberGone {
+        member: "the replica that held it".into(),
+    }
+}
+
+/// The replica a legacy request's token names (a stdio pool's session), when it opens.
+/// A token that does not open is the legacy stage's to refuse, here or there.
+fn session_owner(a: &Admission<'_>) -> Option<crate::session::Owner> {
+    let request = &a.ctx.request;
+    let endpoint = request.endpoint.as_ref()?;
+    let pool = &endpoint.route.pool;
+    pool.stdio.get()?;
+    let bridged_route = endpoint.route.bridge && endpoint.kind == EndpointKind::Streamable;
+    if request.era != Some(Era::Legacy) || bridged_route {
+        return None;
+    }
+    let token = super::legacy::token_of(a.session.req_header(), endpoint).ok()??;
+    let sessions = a.ctx.snapshot.sessions.as_deref()?;
+    let max_age = sessions.max_age_secs;
+    session::open_for(
+        sessions,
+        token,
+        Kind::Session,
+        max_age,
+        &pool.name,
+        Caller::Any,
+    )
+    .ok()?
+    .owner
+}
+
 /// The replica holding the request's state, when it is not this one.
-fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, EdgeError> {
+fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, Miss> {
     let request = &a.ctx.request;
     let Some(endpoint) = &request.endpoint else {
         return Ok(None);
     };
-    let pool = &endpoint.route.pool;
-    let Some(group) = pool.stdio.get() else {
+    let Some(group) = endpoint.route.pool.stdio.get() else {
         return Ok(None);
     };
-    let bridged_route = endpoint.route.bridge && endpoint.kind == EndpointKind::Streamable;
-    if request.era == Some(Era::Legacy) && !bridged_route {
-        let req = a.session.req_header();
-        // A token that does not open is the legacy stage's to refuse, here or there.
-        if let (Ok(Some(token)), Some(sessions)) = (
-            super::legacy::token_of(req, endpoint),
-            a.ctx.snapshot.sessions.as_deref(),
-        ) {
-            let max_age = sessions.max_age_secs;
-            let opened = session::open_for(
-                sessions,
-                token,
-                Kind::Session,
-                max_age,
-                &pool.name,
-                Caller::Any,
-            );
-            if let Some(owner) = opened.ok().and_then(|c| c.owner) {
-                return match fleet.whose(&owner) {
-                    Whose::Here => Ok(None),
-                    Whose::There(first) => Ok(Some(Holder {
-                        first,
-                        holds: Holds::ReplicaSession,
-                        next: Vec::new(),
-                    })),
-                    Whose::Gone => {
-                        metrics::get().token_failure(TokenFailure::MemberGone);
-                        Err(EdgeError::SessionMemberGone {
-                            member: format!("replica {}", owner.addr),
-                        })
-                    }
-                };
-            }
-            return Ok(None);
-        }
+    if let Some(owner) = session_owner(a) {
+        return match fleet.whose(&owner) {
+            Whose::Here => Ok(None),
+            Whose::There(first) => Ok(Some(Holder {
+                first,
+                holds: Holds::ReplicaSession,
+                next: Vec::new(),
+            })),
+            Whose::Gone => Err(Miss::Gone),
+            Whose::Unknown(_) => Err(Miss::Unknown),
+        };
     }
     if group.spec.isolation != Isolation::PerPrincipal {
         return Ok(None);

@@ -57,7 +57,7 @@ fn metadata(a: &Admission<'_>) -> Result<Option<String>, EdgeError> {
         return Ok(None);
     }
     check_host(req, &endpoint.route)?;
-    let scheme = if a.edge.tls { "https" } else { "http" };
+    let scheme = if tls(a) { "https" } else { "http" };
     Ok(Some(identity.metadata_document(
         scheme,
         request_host(req),
@@ -100,7 +100,7 @@ impl Stage for Identify {
             .with_label_values(&[route.name.as_str(), result])
             .inc();
         let principal = outcome.map_err(|refusal| {
-            let scheme = if a.edge.tls { "https" } else { "http" };
+            let scheme = if tls(a) { "https" } else { "http" };
             EdgeError::Unauthorized {
                 challenge: identity.challenge(refusal, scheme, request_host(req), &route.name),
                 reason: refusal.description(),
@@ -116,4 +116,9 @@ impl Stage for Identify {
         }
         Ok(())
     }
+}
+
+/// The client reached the edge over TLS (through another replica: that replica's listener).
+fn tls(a: &Admission<'_>) -> bool {
+    a.ctx.request.hop.as_ref().map_or(a.edge.tls, |h| h.tls)
 }
