@@ -6,6 +6,10 @@
 //! Load: 2026-07-28 `tools/call`s, 2025 Streamable HTTP sessions (initialize, then calls with
 //! the token) and 2024-11-05 HTTP+SSE streams (POST a message, wait for the reply on the
 //! stream). Members are small mock MCP servers here, so the soak needs nothing installed.
+//! Beside them, hand-off traffic ([`handoff`]): a second replica of the edge in one fleet,
+//! stdio pools of a stdio server of the soak's own, legacy sessions and a principal's calls
+//! going through both replicas in turn. No kill touches it: every failure of it is the
+//! edge's.
 //!
 //! What counts as evidence (anything else is filed under EDGE):
 //! - Timing: every kill is recorded from the moment the member dies to the moment it listens
@@ -43,6 +47,9 @@ use tokio::sync::{mpsc, watch};
 
 #[path = "../tests/common/http1.rs"]
 mod http1;
+
+#[path = "soak/handoff.rs"]
+mod handoff;
 
 /// The soak's requests are small; anything bigger is a bug worth an error.
 const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -349,16 +356,19 @@ enum Kind {
     Modern,
     Legacy,
     Sse,
+    /// Through both replicas to stdio pools ([`handoff`]).
+    Handoff,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Modern, Kind::Legacy, Kind::Sse];
+    const ALL: [Kind; 4] = [Kind::Modern, Kind::Legacy, Kind::Sse, Kind::Handoff];
 
     fn workers(self) -> usize {
         match self {
             Kind::Modern => 4,
             Kind::Legacy => 3,
             Kind::Sse => 3,
+            Kind::Handoff => handoff::workers().count(),
         }
     }
 }
@@ -474,11 +484,18 @@ async fn answer(rb: reqwest::RequestBuilder) -> Result<Answer, String> {
     let (kind, session) = (header("x-mcp-edge-error"), header("mcp-session-id"));
     let status = resp.status().as_u16();
     let text = resp.text().await.map_err(|e| short(&e))?;
+    // JSON, or the first message of an event stream.
+    let json = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .and_then(|d| serde_json::from_str(d).ok())
+            .unwrap_or(Value::Null)
+    });
     Ok(Answer {
         status,
         kind,
         session,
-        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+        json,
     })
 }
 
@@ -547,6 +564,8 @@ fn client() -> reqwest::Client {
 
 struct World {
     base: String,
+    /// Both replicas (the first is `base`).
+    bases: Vec<String>,
     tally: Arc<Tally>,
     chaos: Arc<Chaos>,
     members: Vec<u16>,
@@ -951,6 +970,9 @@ fn config_text(port: u16, keys: &str, members: &[u16], round: u32) -> String {
 }
 
 fn main() -> std::process::ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(handoff::STDIO_FLAG) {
+        return handoff::stdio_server();
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off")).init();
     let secs: u64 = std::env::args()
         .nth(1)
@@ -989,60 +1011,103 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
         members.push(start_member(0).await?);
     }
     let ports: Vec<u16> = members.iter().map(|m| m.port).collect();
-    let edge_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("edge port: {e}"))?;
-    let path = dir.join("edge.toml");
-    let write = |round| {
-        std::fs::write(&path, config_text(edge_port, &keys, &ports, round))
-            .map_err(|e| format!("config: {e}"))
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("a free port: {e}"))
+    };
+    // Two replicas of one fleet: their listeners and hand-off listeners.
+    let edge_ports = [free()?, free()?];
+    let handoff_ports = [free()?, free()?];
+    let api_keys = handoff::api_keys(dir)?;
+    let paths = [dir.join("edge-a.toml"), dir.join("edge-b.toml")];
+    let write = |round| -> Result<(), String> {
+        for i in 0..2 {
+            let text = config_text(edge_ports[i], &keys, &ports, round)
+                + &handoff::config(handoff_ports[i], &handoff_ports, &api_keys)?;
+            std::fs::write(&paths[i], text).map_err(|e| format!("config: {e}"))?;
+        }
+        Ok(())
     };
     write(0)?;
-    let config = Config::load(&path).map_err(|e| format!("soak config: {e:?}"))?;
-    let edge = EdgeHandle::start_with(
-        config,
-        Options {
-            config_path: Some(path.clone()),
-            signals: false,
-        },
-    );
-    let ready = Instant::now() + DEADLINE;
-    while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], edge_port)))
-        .await
-        .is_err()
-    {
+    let mut edges = Vec::new();
+    for path in &paths {
+        let config = Config::load(path).map_err(|e| format!("soak config: {e:?}"))?;
+        edges.push(EdgeHandle::start_with(
+            config,
+            Options {
+                config_path: Some(path.clone()),
+                signals: false,
+            },
+        ));
+    }
+    for edge_port in edge_ports {
+        let ready = Instant::now() + DEADLINE;
+        while TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], edge_port)))
+            .await
+            .is_err()
+        {
+            if Instant::now() >= ready {
+                return Err(format!("the edge did not listen within {DEADLINE:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // The replicas see each other and their stdio pools run before any traffic.
+    let ready = Instant::now() + DEADLINE * 3;
+    while !edges.iter().all(|e| {
+        let r = e.runtime.load();
+        r.fleet.as_ref().is_some_and(|f| f.live() == 2) && r.pools.values().all(|p| p.ready())
+    }) {
         if Instant::now() >= ready {
-            return Err(format!("the edge did not listen within {DEADLINE:?}"));
+            return Err(
+                "the replicas did not see each other or their stdio pools did not start".into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let edge_port = edge_ports[0];
 
     let run = Duration::from_secs(secs);
     let world = Arc::new(World {
         base: format!("http://127.0.0.1:{edge_port}"),
+        bases: edge_ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect(),
         tally: Arc::new(Tally::default()),
         chaos: Arc::new(Chaos::default()),
         members: ports.clone(),
         until: Instant::now() + run,
     });
     let mut tasks = Vec::new();
-    for kind in Kind::ALL {
+    for kind in [Kind::Modern, Kind::Legacy, Kind::Sse] {
         for _ in 0..kind.workers() {
             let w = world.clone();
             tasks.push(match kind {
                 Kind::Modern => tokio::spawn(modern_worker(w)),
                 Kind::Legacy => tokio::spawn(legacy_worker(w)),
-                Kind::Sse => tokio::spawn(sse_worker(w)),
+                _ => tokio::spawn(sse_worker(w)),
             });
         }
+    }
+    for (n, session) in handoff::workers() {
+        let w = world.clone();
+        tasks.push(match session {
+            true => tokio::spawn(handoff::session_worker(w, n)),
+            false => tokio::spawn(handoff::caller_worker(w, n)),
+        });
     }
 
     // Chaos: 10 rounds of a kill and restart, then a reload half a round later (so what a
     // reload breaks is never inside a kill window); all within the run, a calm end.
     let down = Duration::from_millis((secs * 1000 / 60).clamp(200, 2000));
     let round = run.saturating_sub(down * 10) / 11;
-    let reloader = edge.reloader.clone().ok_or("no reloader")?;
+    let reloaders: Vec<_> = edges
+        .iter()
+        .map(|e| e.reloader.clone().ok_or("no reloader"))
+        .collect::<Result<_, _>>()?;
     let mut reloads = 0;
     for r in 1..=10u32 {
         tokio::time::sleep(round / 2).await;
@@ -1056,9 +1121,10 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
         world.chaos.end(kill);
         tokio::time::sleep(round / 2).await;
         write(r)?;
-        match reloader.reload() {
-            Ok(_) => reloads += 1,
-            Err(e) => eprintln!("soak: reload {r} failed: {e:?}"),
+        let results: Vec<_> = reloaders.iter().map(|reloader| reloader.reload()).collect();
+        match results.iter().find_map(|r| r.as_ref().err()) {
+            None => reloads += 1,
+            Some(e) => eprintln!("soak: reload {r} failed: {e:?}"),
         }
     }
 
@@ -1072,7 +1138,7 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
         }
     })
     .await;
-    drop(edge);
+    drop(edges);
     if joined.is_err() {
         return Err(format!(
             "workers still running {:?} after the end",
