@@ -132,7 +132,13 @@ async fn start_fleet() -> Fleet {
 /// `listed` replicas in every `peers`, the first `started` of them running, each ready and
 /// seeing those live.
 async fn start_fleet_of(listed: usize, started: usize) -> Fleet {
+    start_fleet_with(listed, started, None).await
+}
+
+/// [`start_fleet_of`]; `odd`: a replica whose key ring is another (a rotation gone wrong).
+async fn start_fleet_with(listed: usize, started: usize, odd: Option<usize>) -> Fleet {
     let ring = key_file(&format!("1:{KEY_A}"));
+    let other_ring = key_file(&format!("1:{KEY_B}"));
     let ports: Vec<(u16, u16, u16)> = IPS[..listed]
         .iter()
         .map(|_| (free_port(), free_port(), free_port()))
@@ -145,7 +151,8 @@ async fn start_fleet_of(listed: usize, started: usize) -> Fleet {
                 std::process::id(),
                 ports[i].0
             ));
-            std::fs::write(&path, config(&ring, i, &ports, &body)).unwrap();
+            let ring = if odd == Some(i) { &other_ring } else { &ring };
+            std::fs::write(&path, config(ring, i, &ports, &body)).unwrap();
             (path, IpAddr::from(IPS[i]), ports[i])
         })
         .collect();
@@ -712,4 +719,28 @@ async fn replicas_joining_and_leaving_under_load_fail_no_request() {
     assert!(left, "every replica saw one leave");
     round(&fleet, &[0, 1, 2]).await;
     drop(leaving);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_key_ring_differs_refuses_forwards_and_the_client_gets_502() {
+    let fleet = start_fleet_with(2, 2, Some(1)).await;
+    let caller = kept_by(&fleet, &[0, 1], 1);
+    let c = client();
+    let (status, v) = note_as(&c, &fleet.replicas[0], &caller, 1).await;
+    assert_eq!(status, 502, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hop_refused"),
+        "{v}"
+    );
+    let refused = "mcp_edge_handoffs_total{outcome=\"refused\"}";
+    assert_eq!(fleet.replicas[0].metric(refused).await, 1.0);
+    let forged = "mcp_edge_handoffs_refused_total{reason=\"forged\"}";
+    assert_eq!(fleet.replicas[1].metric(forged).await, 1.0);
+    // Served where it is kept: the caller's process never saw the refused one.
+    let (status, v) = note_as(&c, &fleet.replicas[1], &caller, 2).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(text_of(&v), "l", "the first note its process holds: {v}");
 }
