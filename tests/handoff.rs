@@ -111,14 +111,20 @@ fn pools() -> String {
     )
 }
 
-fn config(fleet_ring: &str, me: usize, ports: &[(u16, u16, u16)], body: &str) -> String {
+fn config(
+    fleet_ring: &str,
+    me: usize,
+    ports: &[(u16, u16, u16)],
+    body: &str,
+    interval_ms: u64,
+) -> String {
     let ip = |i: usize| IpAddr::from(IPS[i]);
     let (port, handoff, metrics) = ports[me];
     let peers: Vec<String> = (0..ports.len())
         .map(|i| format!("\"{}:{}\"", ip(i), ports[i].1))
         .collect();
     format!(
-        "[server]\nthreads = 2\n\n[[listeners]]\naddress = \"{ip}:{port}\"\n\n[metrics]\naddress = \"{ip}:{metrics}\"\n\n[timeouts]\nupstream_read_ms = 3000\n\n[sessions]\nkeys_file = \"{fleet_ring}\"\n\n[fleet]\npeers = [{peers}]\nhandoff_listen = \"{ip}:{handoff}\"\nadvertise = \"{ip}:{handoff}\"\ninterval_ms = 200\ntimeout_ms = 100\n\n{body}",
+        "[server]\nthreads = 2\n\n[[listeners]]\naddress = \"{ip}:{port}\"\n\n[metrics]\naddress = \"{ip}:{metrics}\"\n\n[timeouts]\nupstream_read_ms = 3000\n\n[sessions]\nkeys_file = \"{fleet_ring}\"\n\n[fleet]\npeers = [{peers}]\nhandoff_listen = \"{ip}:{handoff}\"\nadvertise = \"{ip}:{handoff}\"\ninterval_ms = {interval_ms}\ntimeout_ms = 100\n\n{body}",
         ip = ip(me),
         peers = peers.join(", "),
     )
@@ -132,11 +138,17 @@ async fn start_fleet() -> Fleet {
 /// `listed` replicas in every `peers`, the first `started` of them running, each ready and
 /// seeing those live.
 async fn start_fleet_of(listed: usize, started: usize) -> Fleet {
-    start_fleet_with(listed, started, None).await
+    start_fleet_with(listed, started, None, 200).await
 }
 
-/// [`start_fleet_of`]; `odd`: a replica whose key ring is another (a rotation gone wrong).
-async fn start_fleet_with(listed: usize, started: usize, odd: Option<usize>) -> Fleet {
+/// [`start_fleet_of`]; `odd`: a replica whose key ring is another (a rotation gone wrong);
+/// `interval_ms`: how often replicas look at each other.
+async fn start_fleet_with(
+    listed: usize,
+    started: usize,
+    odd: Option<usize>,
+    interval_ms: u64,
+) -> Fleet {
     let ring = key_file(&format!("1:{KEY_A}"));
     let other_ring = key_file(&format!("1:{KEY_B}"));
     let ports: Vec<(u16, u16, u16)> = IPS[..listed]
@@ -152,7 +164,7 @@ async fn start_fleet_with(listed: usize, started: usize, odd: Option<usize>) -> 
                 ports[i].0
             ));
             let ring = if odd == Some(i) { &other_ring } else { &ring };
-            std::fs::write(&path, config(ring, i, &ports, &body)).unwrap();
+            std::fs::write(&path, config(ring, i, &ports, &body, interval_ms)).unwrap();
             (path, IpAddr::from(IPS[i]), ports[i])
         })
         .collect();
@@ -622,6 +634,67 @@ async fn an_owner_gone_ends_its_sessions_only_and_a_stalled_one_is_a_timeout() {
         .metric("mcp_edge_handoffs_total{outcome=\"unreachable\"}")
         .await;
     assert_eq!(unreachable, 1.0);
+    // A token naming a replica a static fleet does not list (it names every replica there
+    // is): gone, and nothing is sent there.
+    let ring = mcp_edge::session::KeyRing::parse(&fleet.ring).unwrap();
+    let claims = mcp_edge::session::Claims {
+        pool: "sess".into(),
+        member: "127.0.0.1:1".into(),
+        upstream_id: "s".into(),
+        issued_at: mcp_edge::session::token::now_secs(),
+        credential: None,
+        owner: Some(mcp_edge::session::Owner {
+            addr: "127.0.0.9:7444".into(),
+            boot: 7,
+        }),
+    };
+    let token = mcp_edge::session::token::seal(&ring, &claims).unwrap();
+    let url = fleet.replicas[0].url("/sess");
+    let body = call(5, "note", json!({"text": "u"}));
+    let r = legacy_request(&client(), &url, Some(&token), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(r.headers()["x-mcp-edge-error"], "session_member_gone");
+    let unreachable = fleet.replicas[0]
+        .metric("mcp_edge_handoffs_total{outcome=\"unreachable\"}")
+        .await;
+    assert_eq!(unreachable, 1.0, "no connection was tried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_replica_gone_before_the_fleet_notices_hands_its_callers_on() {
+    // Replicas look at each other once a minute: the fleet will not notice within the test.
+    let mut fleet = start_fleet_with(3, 3, None, 60_000).await;
+    let caller = kept_by(&fleet, &[0, 1, 2], 1);
+    let c = client();
+    let received = "mcp_edge_handoffs_total{outcome=\"received\"}";
+    let (status, v) = note_as(&c, &fleet.replicas[0], &caller, 1).await;
+    assert_eq!((status, text_of(&v)), (200, "l"), "{v}");
+    assert_eq!(
+        fleet.replicas[1].metric(received).await,
+        1.0,
+        "kept by replica 1"
+    );
+    let mut gone = fleet.replicas.remove(1);
+    gone.proc.child.kill().unwrap();
+    gone.proc.child.wait().unwrap();
+    // Both others still count replica 1 live; its connection is refused, nothing reached it:
+    // the caller's next keeper serves, the same for both (a fresh process: the state went).
+    let unreachable = "mcp_edge_handoffs_total{outcome=\"unreachable\"}";
+    for (i, (r, expected)) in [(0, "l"), (1, "l,l")].into_iter().enumerate() {
+        let (status, v) = note_as(&c, &fleet.replicas[r], &caller, 2 + i as u64).await;
+        assert_eq!((status, text_of(&v)), (200, expected), "{v}");
+        assert_eq!(fleet.replicas[r].metric(unreachable).await, 1.0);
+        assert_eq!(
+            fleet.replicas[r]
+                .metric("mcp_edge_fleet_replicas{state=\"live\"}")
+                .await,
+            3.0,
+            "the fleet has not noticed"
+        );
+    }
 }
 
 /// One `note` for `caller` through `r`: the status.
@@ -663,7 +736,7 @@ fn kept_by(fleet: &Fleet, replicas: &[usize], to: usize) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_joining_and_leaving_under_load_fail_no_request() {
+async fn replicas_joining_and_leaving_fail_no_request() {
     let mut fleet = start_fleet_of(4, 3).await;
     // The callers that move: one the fourth replica will keep, one the leaving one keeps.
     let joins = kept_by(&fleet, &[0, 1, 2, 3], 3);
@@ -723,7 +796,7 @@ async fn replicas_joining_and_leaving_under_load_fail_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_key_ring_differs_refuses_forwards_and_the_client_gets_502() {
-    let fleet = start_fleet_with(2, 2, Some(1)).await;
+    let fleet = start_fleet_with(2, 2, Some(1), 200).await;
     let caller = kept_by(&fleet, &[0, 1], 1);
     let c = client();
     let (status, v) = note_as(&c, &fleet.replicas[0], &caller, 1).await;

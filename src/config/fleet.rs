@@ -81,8 +81,8 @@ fn handoff(f: &FleetSection, peers: &Peers, sessions: bool, errs: &mut Errors) -
                 .into(),
         );
     }
-    let advertise = match expand(advertise).map(|a| a.parse::<SocketAddr>()) {
-        Ok(Ok(a)) if !a.ip().is_unspecified() => a,
+    let advertise = match expand(advertise).map(|a| address(&a)) {
+        Ok(Some(a)) if !a.ip().is_unspecified() => a,
         Ok(_) => {
             errs.push(format!(
                 "fleet.advertise: '{advertise}' is not the IP:port other replicas reach"
@@ -110,6 +110,16 @@ fn handoff(f: &FleetSection, peers: &Peers, sessions: bool, errs: &mut Errors) -
         Peers::Static(_) => {}
     }
     Some(Handoff { listen, advertise })
+}
+
+/// `IP:port`, `[v6]:port`, or `v6:port` as `"${POD_IP}:7444"` becomes with an IPv6 pod
+/// address.
+fn address(text: &str) -> Option<SocketAddr> {
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Some(a);
+    }
+    let (ip, port) = text.rsplit_once(':')?;
+    Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?))
 }
 
 /// `${VAR}` in `text` replaced by the variable's value.
@@ -201,4 +211,17 @@ fn read(path: &std::path::Path, key: &str, errs: &mut Errors) -> Option<String> 
     std::fs::read_to_string(path)
         .map_err(|e| errs.push(format!("{key}: {}: {e}", path.display())))
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address;
+
+    #[test]
+    fn an_advertised_address_may_be_an_ipv6_pod_address_with_its_port() {
+        assert_eq!(address("10.0.0.5:7444"), "10.0.0.5:7444".parse().ok());
+        assert_eq!(address("[fd00::5]:7444"), "[fd00::5]:7444".parse().ok());
+        assert_eq!(address("fd00::5:7444"), "[fd00::5]:7444".parse().ok());
+        assert_eq!(address("pod:7444"), None);
+    }
 }

@@ -28,11 +28,19 @@ pub struct Handoff {
 impl Handoff {
     /// This replica, as its tokens name it.
     pub fn owner(&self) -> Owner {
+        started();
         Owner {
             addr: self.advertise.to_string(),
             boot: boot(),
         }
     }
+}
+
+/// When this process began to take hand-offs (seconds since the epoch): a forward signed
+/// before it is refused (one captured before a restart at the same address, replayed).
+pub fn started() -> u64 {
+    static STARTED: LazyLock<u64> = LazyLock::new(crate::session::token::now_secs);
+    *STARTED
 }
 
 /// This process's boot id: random, drawn once, so a replica started again at the same
@@ -61,7 +69,8 @@ pub enum Whose {
     There(SocketAddr),
     /// The replica that held it is gone (restarted, or no longer in the fleet).
     Gone,
-    /// A replica this one has never known: too new to be resolved yet, perhaps.
+    /// A replica this one has never known: too new to be resolved yet, perhaps (only with
+    /// `dns`: a static list names every replica there is).
     Unknown(SocketAddr),
 }
 
@@ -81,8 +90,8 @@ impl Fleet {
             // that the fleet does not list.
             Ok(addr) if self.knows(addr) => Whose::There(addr),
             Ok(addr) if self.knew(addr) => Whose::Gone,
-            Ok(addr) => Whose::Unknown(addr),
-            Err(_) => Whose::Gone,
+            Ok(addr) if matches!(self.settings.peers, super::Peers::Dns(_)) => Whose::Unknown(addr),
+            _ => Whose::Gone,
         }
     }
 
@@ -154,9 +163,24 @@ mod tests {
         let new: SocketAddr = "127.0.0.9:7444".parse().unwrap();
         assert_eq!(
             fleet.whose(&owner(&new.to_string(), 1)),
-            Whose::Unknown(new)
+            Whose::Gone,
+            "a static list names every replica there is"
         );
         assert_eq!(fleet.whose(&owner("not an address", 1)), Whose::Gone);
+        // Found by name: one never resolved here may be too new.
+        let by_name = Fleet::new(Settings {
+            peers: Peers::Dns("edge-peers.invalid:7444".into()),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(100),
+            handoff: Some(Handoff {
+                listen: a,
+                advertise: a,
+            }),
+        });
+        assert_eq!(
+            by_name.whose(&owner(&new.to_string(), 1)),
+            Whose::Unknown(new)
+        );
     }
 
     fn replicas(n: u8) -> Vec<SocketAddr> {

@@ -118,7 +118,8 @@ pub fn verify(
     let text = value.to_str().map_err(|_| Refused::Unsigned)?;
     let (fields, mac) = parse(text).ok_or(Refused::Unsigned)?;
     let key = ring.signing_key(fields.key).ok_or(Refused::UnknownKey)?;
-    if now.abs_diff(fields.time) > WINDOW_SECS {
+    // Signed before this process took hand-offs: captured before a restart, replayed.
+    if now.abs_diff(fields.time) > WINDOW_SECS || fields.time < super::handoff::started() {
         return Err(Refused::Stale);
     }
     hmac::verify(key, &canonical(&fields, me, head), &mac).map_err(|_| Refused::Forged)?;
@@ -293,7 +294,10 @@ mod tests {
 
     const S1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     const S2: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA";
-    const NOW: u64 = 1_800_000_000;
+    /// After this process began to take hand-offs (what is signed before is refused).
+    fn now() -> u64 {
+        crate::fleet::handoff::started() + 1_000
+    }
 
     fn head() -> RequestHeader {
         let mut h = RequestHeader::build("POST", b"/mcp?x=1", None).unwrap();
@@ -323,51 +327,79 @@ mod tests {
     #[test]
     fn a_signed_forward_opens_once_with_what_the_first_replica_saw() {
         let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
-        let h = signed(&ring, b"{}", NOW);
-        let hop = verify(&ring, &h, me(), NOW + 3).unwrap();
+        let h = signed(&ring, b"{}", now());
+        let hop = verify(&ring, &h, me(), now() + 3).unwrap();
         assert_eq!(hop.client, Some("10.1.2.3".parse().unwrap()));
         assert!(hop.tls);
         assert_eq!(hop.body, body_digest(b"{}"));
-        assert_eq!(verify(&ring, &h, me(), NOW + 3), Err(Refused::Replayed));
+        assert_eq!(verify(&ring, &h, me(), now() + 3), Err(Refused::Replayed));
     }
 
     #[test]
     fn anything_changed_unsigned_stale_or_of_another_ring_is_refused() {
         let ring = KeyRing::parse(&format!("1:{S1}")).unwrap();
         let other = KeyRing::parse(&format!("1:{S2}")).unwrap();
-        assert_eq!(verify(&ring, &head(), me(), NOW), Err(Refused::Unsigned));
-        let h = signed(&other, b"", NOW);
-        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged));
+        assert_eq!(verify(&ring, &head(), me(), now()), Err(Refused::Unsigned));
+        let h = signed(&other, b"", now());
+        assert_eq!(verify(&ring, &h, me(), now()), Err(Refused::Forged));
         let rotated = KeyRing::parse(&format!("2:{S2}")).unwrap();
-        let h = signed(&rotated, b"", NOW);
-        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::UnknownKey));
-        let h = signed(&ring, b"", NOW);
-        assert_eq!(verify(&ring, &h, me(), NOW + 31), Err(Refused::Stale));
-        for (name, value) in [
-            ("authorization", "Bearer k-bob"),
-            ("mcp-session-id", "other"),
-            ("mcp-method", "tools/call"),
-        ] {
-            let mut h = signed(&ring, b"", NOW);
-            h.insert_header(name, value).unwrap();
-            assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged), "{name}");
+        let h = signed(&rotated, b"", now());
+        assert_eq!(verify(&ring, &h, me(), now()), Err(Refused::UnknownKey));
+        let h = signed(&ring, b"", now());
+        assert_eq!(verify(&ring, &h, me(), now() + 31), Err(Refused::Stale));
+        let before = crate::fleet::handoff::started() - 1;
+        let h = signed(&ring, b"", before);
+        assert_eq!(
+            verify(&ring, &h, me(), before),
+            Err(Refused::Stale),
+            "signed before this process began"
+        );
+        for name in COVERED {
+            let mut h = signed(&ring, b"", now());
+            h.insert_header(name, "changed").unwrap();
+            assert_eq!(
+                verify(&ring, &h, me(), now()),
+                Err(Refused::Forged),
+                "{name}"
+            );
         }
-        let mut h = signed(&ring, b"", NOW);
+        let mut h = signed(&ring, b"", now());
+        h.set_method(http::Method::PUT);
+        assert_eq!(
+            verify(&ring, &h, me(), now()),
+            Err(Refused::Forged),
+            "the method"
+        );
+        let time = (format!(" {} ", now()), format!(" {} ", now() + 1));
+        for (field, changed) in [
+            (" 10.1.2.3 ", " 10.1.2.4 "),
+            (time.0.as_str(), time.1.as_str()),
+        ] {
+            let mut h = signed(&ring, b"", now());
+            let v = h.headers.get(HEADER).unwrap().to_str().unwrap().to_string();
+            h.insert_header(HEADER, v.replace(field, changed)).unwrap();
+            assert_eq!(
+                verify(&ring, &h, me(), now()),
+                Err(Refused::Forged),
+                "{field}"
+            );
+        }
+        let mut h = signed(&ring, b"", now());
         h.set_uri("/mcp?x=2".parse().unwrap());
-        assert_eq!(verify(&ring, &h, me(), NOW), Err(Refused::Forged));
-        let mut h = signed(&ring, b"", NOW);
+        assert_eq!(verify(&ring, &h, me(), now()), Err(Refused::Forged));
+        let mut h = signed(&ring, b"", now());
         let v = h.headers.get(HEADER).unwrap().to_str().unwrap().to_string();
         h.insert_header(HEADER, v.replace(" 10.1.2.3 1 ", " 10.1.2.3 0 "))
             .unwrap();
         assert_eq!(
-            verify(&ring, &h, me(), NOW),
+            verify(&ring, &h, me(), now()),
             Err(Refused::Forged),
             "the tls flag"
         );
         // Another replica's forward, replayed here.
-        let h = signed(&ring, b"", NOW);
+        let h = signed(&ring, b"", now());
         let other: SocketAddr = "10.0.0.3:7444".parse().unwrap();
-        assert_eq!(verify(&ring, &h, other, NOW), Err(Refused::Forged));
+        assert_eq!(verify(&ring, &h, other, now()), Err(Refused::Forged));
         // Whitespace around a value (an HTTP/2 client's) is not what the owner reads.
         let mut h = head();
         h.insert_header("mcp-method", " tools/call ").unwrap();
@@ -377,14 +409,14 @@ mod tests {
             tls: false,
             body: b"",
         };
-        let sig = sign(&ring, &h, forward, NOW);
+        let sig = sign(&ring, &h, forward, now());
         h.insert_header("mcp-method", "tools/call").unwrap();
         h.insert_header(HEADER, sig).unwrap();
-        assert!(verify(&ring, &h, me(), NOW).is_ok());
+        assert!(verify(&ring, &h, me(), now()).is_ok());
         // A ring that rotated keeps verifying what its older key signed.
         let both = KeyRing::parse(&format!("2:{S2}\n1:{S1}")).unwrap();
-        let h = signed(&ring, b"", NOW);
-        assert!(verify(&both, &h, me(), NOW).is_ok());
+        let h = signed(&ring, b"", now());
+        assert!(verify(&both, &h, me(), now()).is_ok());
     }
 }
 
@@ -397,7 +429,7 @@ mod replays {
         let r = Replays {
             seen: Mutex::new(Generations::default()),
         };
-        let t = 1_800_000_000;
+        let t = crate::fleet::handoff::started() + 1_000;
         assert_eq!(r.first_time([1; 16], t), Ok(()));
         assert_eq!(r.first_time([1; 16], t + 59), Err(Refused::Replayed));
         assert_eq!(r.first_time([2; 16], t + 61), Ok(()), "a new generation");

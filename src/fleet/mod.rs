@@ -1,8 +1,8 @@
 //! The edge's own replicas (`[fleet]`): who they are and how many are alive now.
 //!
 //! A replica learns its peers the way it learns a pool's members: from DNS (a headless
-//! Service of the edge itself, re-resolved every `interval_ms`; Kubernetes lists only ready
-//! pods) or from a static list; each is then asked for a TCP connection (its listener), and
+//! Service of the edge itself, re-resolved every `interval_ms`; the deploy's lists every
+//! running pod, ready or not) or from a static list; each is then asked for a TCP connection (its listener), and
 //! the ones that accept are live. This replica is one of them (it is in its own Service), and
 //! never fewer than one is counted.
 //!
@@ -161,8 +161,15 @@ impl Fleet {
         if self.busy.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Released however the round ends (a dropped future included).
+        struct Busy<'a>(&'a AtomicBool);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _busy = Busy(&self.busy);
         self.round().await;
-        self.busy.store(false, Ordering::Release);
     }
 
     async fn round(&self) {
@@ -212,21 +219,23 @@ impl Fleet {
         crate::metrics::fleet(known.len(), live);
     }
 
-    /// The count the fleet goes by: the replicas that `answered` once the same ones did
-    /// [`SETTLE`] rounds in a row (then they are the fleet's members too).
+    /// The count the fleet goes by: how many `answered` once as many did [`SETTLE`] rounds
+    /// in a row. The members (whom hand-off chooses among) are the ones that answered once
+    /// the same ones did; the first answer is taken at once (until then only this replica
+    /// was known).
     fn settle(&self, answered: Vec<SocketAddr>) -> usize {
         let mut seen = lock(&self.seen);
         seen.push(answered.clone());
         if seen.len() > SETTLE {
             seen.remove(0);
         }
-        let settled = seen.len() == SETTLE && seen.iter().all(|n| *n == answered);
-        // The first answer is taken at once: until then only this replica was counted.
-        let first = lock(&self.members).is_empty();
-        if settled || first {
-            let count = answered.len();
-            *lock(&self.members) = answered;
-            count
+        let full = seen.len() == SETTLE;
+        let mut members = lock(&self.members);
+        if members.is_empty() || (full && seen.iter().all(|n| *n == answered)) {
+            *members = answered.clone();
+        }
+        if full && seen.iter().all(|n| n.len() == answered.len()) {
+            answered.len()
         } else {
             self.live.load(Ordering::Relaxed)
         }
@@ -239,7 +248,15 @@ impl Fleet {
         let lookup = tokio::net::lookup_host(name);
         let found = match tokio::time::timeout(self.settings.timeout, lookup).await {
             Ok(Ok(found)) => {
-                let mut found: Vec<SocketAddr> = found.collect();
+                // One family: a dual-stack name lists each replica twice.
+                let family = self
+                    .settings
+                    .handoff
+                    .as_ref()
+                    .map(|h| h.advertise.is_ipv4());
+                let mut found: Vec<SocketAddr> = found
+                    .filter(|a| family.is_none_or(|v4| a.is_ipv4() == v4))
+                    .collect();
                 found.sort();
                 found.dedup();
                 found

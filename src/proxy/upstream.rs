@@ -96,7 +96,7 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
 pub fn connect_failed(ctx: &mut Ctx, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error> {
     let holds = ctx.request.pinned.as_ref().map(|p| p.holds);
     if let Some(holds) = holds.filter(|h| h.by_replica()) {
-        if holds == Holds::ReplicaCaller && e.etype() == &ErrorType::ConnectRefused {
+        if holds == Holds::ReplicaCaller {
             super::stages::handoff::refused(ctx);
         }
         return replica_failed(holds, peer, e);
@@ -156,9 +156,13 @@ fn replica_failed(holds: Holds, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error
         ErrorType::ConnectRefused if holds == Holds::ReplicaSession => {
             EdgeError::SessionMemberGone { member: replica }
         }
-        ErrorType::ConnectRefused => {
-            // Leaving: the caller's next replica (`choose`).
-            log::info!("replica {replica} refused a caller's request; trying the next");
+        _ if holds == Holds::ReplicaCaller => {
+            // Leaving or gone (refused, or silent: nothing of the request reached it): the
+            // caller's next replica (`choose`).
+            log::info!(
+                "replica {replica}: {} for a caller's request; trying the next",
+                e.etype().as_str()
+            );
             e.set_retry(true);
             return e;
         }

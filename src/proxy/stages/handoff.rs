@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use pingora::http::ResponseHeader;
 
+use crate::config::TraceContext;
 use crate::error::{EdgeError, Rejection};
 use crate::fleet::handoff::Whose;
 use crate::fleet::hop::{self, Refused};
@@ -81,7 +82,7 @@ impl Stage for HandOff {
             }
             // Served here, one hop at most; a session this replica does not hold (a replica
             // restarted at the address the sender knew) is gone.
-            return match session_owner(a).map(|o| fleet.whose(&o)) {
+            return match session_owner(a).map(|(o, _)| fleet.whose(&o)) {
                 None | Some(Whose::Here) => Ok(Flow::Next),
                 Some(_) => Err(Rejection::with_id(gone(), a.ctx.request_id().cloned())),
             };
@@ -89,14 +90,8 @@ impl Stage for HandOff {
         if fleet.this().is_none() {
             return Ok(Flow::Next);
         }
-        let reject = |e| Rejection::with_id(e, a.ctx.request_id().cloned());
-        let mut holder = holder(a, &fleet);
-        if let Err(Miss::Unknown) = holder {
-            // A replica too new to be resolved yet, perhaps: ask the fleet again once.
-            fleet.refresh().await;
-            holder = self::holder(a, &fleet);
-        }
-        let holder = holder.map_err(|e| reject(e.into()))?;
+        let reject = |e: Miss| Rejection::with_id(e.into(), a.ctx.request_id().cloned());
+        let holder = holder(a, &fleet).map_err(reject)?;
         match holder {
             None => Ok(Flow::Next),
             Some(Holder { first, holds, next }) => {
@@ -130,6 +125,13 @@ impl Stage for HandOff {
         o.head.remove_header(hop::HEADER);
         // The owner's trace stage says whether its member gets the edge's span.
         o.head.remove_header(crate::stdio::TRACED_HEADER);
+        if o.ctx.stages.trace.is_none() && o.edge.trace_context == TraceContext::Link {
+            // No span of this replica's to continue, and this listener only links to a
+            // client's trace: the owner (which continues what it is handed) must not
+            // continue the client's.
+            o.head.remove_header("traceparent");
+            o.head.remove_header("tracestate");
+        }
         let Some(to) = o.ctx.upstream.member().map(|m| m.addr) else {
             return Ok(());
         };
@@ -161,7 +163,10 @@ pub fn next_replica(ctx: &mut Ctx) -> Option<Arc<Member>> {
     let tried = &ctx.upstream.tried;
     let state = ctx.stages.handoff.as_deref_mut()?;
     if !std::mem::take(&mut state.refused) {
-        return tried.last().cloned();
+        // Once more at most, as for any member holding state.
+        let last = tried.last()?;
+        let tries = tried.iter().filter(|m| m.addr == last.addr).count();
+        return (tries < 2).then(|| last.clone());
     }
     let fleet = ctx.snapshot.fleet.as_deref()?;
     let addr = state
@@ -171,7 +176,7 @@ pub fn next_replica(ctx: &mut Ctx) -> Option<Arc<Member>> {
     Some(fleet.replica(*addr))
 }
 
-/// The last try's replica refused the connection.
+/// The last try's replica could not be connected to (nothing of the request reached it).
 pub fn refused(ctx: &mut Ctx) {
     if let Some(state) = ctx.stages.handoff.as_deref_mut() {
         state.refused = true;
@@ -236,9 +241,10 @@ fn gone() -> EdgeError {
     }
 }
 
-/// The replica a legacy request's token names (a stdio pool's session), when it opens.
-/// A token that does not open is the legacy stage's to refuse, here or there.
-fn session_owner(a: &Admission<'_>) -> Option<crate::session::Owner> {
+/// The replica a legacy request's token names (a stdio pool's session), when it opens, and
+/// when the token was sealed. A token that does not open is the legacy stage's to refuse,
+/// here or there.
+fn session_owner(a: &Admission<'_>) -> Option<(crate::session::Owner, u64)> {
     let request = &a.ctx.request;
     let endpoint = request.endpoint.as_ref()?;
     let pool = &endpoint.route.pool;
@@ -250,7 +256,7 @@ fn session_owner(a: &Admission<'_>) -> Option<crate::session::Owner> {
     let token = super::legacy::token_of(a.session.req_header(), endpoint).ok()??;
     let sessions = a.ctx.snapshot.sessions.as_deref()?;
     let max_age = sessions.max_age_secs;
-    session::open_for(
+    let claims = session::open_for(
         sessions,
         token,
         Kind::Session,
@@ -258,8 +264,15 @@ fn session_owner(a: &Admission<'_>) -> Option<crate::session::Owner> {
         &pool.name,
         Caller::Any,
     )
-    .ok()?
-    .owner
+    .ok()?;
+    Some((claims.owner?, claims.issued_at))
+}
+
+/// How long a replica can be in the fleet before every other replica has resolved it: a
+/// token naming one never known that is older than this names one that left before this
+/// replica looked.
+fn resolvable(fleet: &Fleet) -> u64 {
+    (3 * fleet.settings.interval.as_secs()).max(60)
 }
 
 /// The replica holding the request's state, when it is not this one.
@@ -271,7 +284,7 @@ fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, Miss> {
     let Some(group) = endpoint.route.pool.stdio.get() else {
         return Ok(None);
     };
-    if let Some(owner) = session_owner(a) {
+    if let Some((owner, issued)) = session_owner(a) {
         return match fleet.whose(&owner) {
             Whose::Here => Ok(None),
             Whose::There(first) => Ok(Some(Holder {
@@ -280,7 +293,12 @@ fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, Miss> {
                 next: Vec::new(),
             })),
             Whose::Gone => Err(Miss::Gone),
-            Whose::Unknown(_) => Err(Miss::Unknown),
+            // Too new to have been resolved here yet (the next round will), or one that left
+            // before this replica looked.
+            Whose::Unknown(_) if now_secs().saturating_sub(issued) <= resolvable(fleet) => {
+                Err(Miss::Unknown)
+            }
+            Whose::Unknown(_) => Err(Miss::Gone),
         };
     }
     if group.spec.isolation != Isolation::PerPrincipal {
