@@ -124,7 +124,7 @@ fn config(
         .map(|i| format!("\"{}:{}\"", ip(i), ports[i].1))
         .collect();
     format!(
-        "[server]\nthreads = 2\n\n[[listeners]]\naddress = \"{ip}:{port}\"\n\n[metrics]\naddress = \"{ip}:{metrics}\"\n\n[timeouts]\nupstream_read_ms = 3000\n\n[sessions]\nkeys_file = \"{fleet_ring}\"\n\n[fleet]\npeers = [{peers}]\nhandoff_listen = \"{ip}:{handoff}\"\nadvertise = \"{ip}:{handoff}\"\ninterval_ms = {interval_ms}\ntimeout_ms = 100\n\n{body}",
+        "[server]\nthreads = 2\n\n[[listeners]]\naddress = \"{ip}:{port}\"\n\n[metrics]\naddress = \"{ip}:{metrics}\"\n\n[timeouts]\nupstream_read_ms = 15000\n\n[sessions]\nkeys_file = \"{fleet_ring}\"\n\n[fleet]\npeers = [{peers}]\nhandoff_listen = \"{ip}:{handoff}\"\nadvertise = \"{ip}:{handoff}\"\ninterval_ms = {interval_ms}\ntimeout_ms = 500\n\n{body}",
         ip = ip(me),
         peers = peers.join(", "),
     )
@@ -138,7 +138,7 @@ async fn start_fleet() -> Fleet {
 /// `listed` replicas in every `peers`, the first `started` of them running, each ready and
 /// seeing those live.
 async fn start_fleet_of(listed: usize, started: usize) -> Fleet {
-    start_fleet_with(listed, started, None, 200).await
+    start_fleet_with(listed, started, None, 1_000).await
 }
 
 /// [`start_fleet_of`]; `odd`: a replica whose key ring is another (a rotation gone wrong);
@@ -754,7 +754,7 @@ async fn replicas_joining_and_leaving_fail_no_request() {
         }
     };
     round(&fleet, &[0, 1, 2]).await;
-    // A replica joins: while the others learn of it (two rounds of 200 ms), callers move to
+    // A replica joins: while the others learn of it (two rounds of a second), callers move to
     // it; every request is served, on whichever replica it lands.
     fleet.start(3);
     let received = "mcp_edge_handoffs_total{outcome=\"received\"}";
@@ -796,7 +796,7 @@ async fn replicas_joining_and_leaving_fail_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_key_ring_differs_refuses_forwards_and_the_client_gets_502() {
-    let fleet = start_fleet_with(2, 2, Some(1), 200).await;
+    let fleet = start_fleet_with(2, 2, Some(1), 1_000).await;
     let caller = kept_by(&fleet, &[0, 1], 1);
     let c = client();
     let (status, v) = note_as(&c, &fleet.replicas[0], &caller, 1).await;

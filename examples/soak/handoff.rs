@@ -84,7 +84,7 @@ pub fn config(me: u16, peers: &[u16], api_keys: &str) -> Result<String, String> 
     let peers: Vec<String> = peers.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
     Ok(format!(
         "\n[identity]\napi_keys_file = \"{api_keys}\"\n\n\
-         [fleet]\npeers = [{}]\nhandoff_listen = \"127.0.0.1:{me}\"\nadvertise = \"127.0.0.1:{me}\"\ninterval_ms = 500\ntimeout_ms = 200\n\n\
+         [fleet]\npeers = [{}]\nhandoff_listen = \"127.0.0.1:{me}\"\nadvertise = \"127.0.0.1:{me}\"\ninterval_ms = 1000\ntimeout_ms = 900\n\n\
          [[pools]]\nname = \"sessions\"\ncommand = {command}\nisolation = \"per_session\"\n\n\
          [[routes]]\npath = \"/sessions\"\npool = \"sessions\"\n\n\
          [[pools]]\nname = \"callers\"\ncommand = {command}\nisolation = \"per_principal\"\n\n\
