@@ -369,9 +369,9 @@ UP_PORT=$(awk '/^LISTENING /{print $2; exit}' "$WORK/server.out")
 echo "ts-server (modern) on 127.0.0.1:$UP_PORT"
 
 log "configuration from deploy/base/configmap.yaml"
-read -r MCP_PORT ADMIN_PORT < <(python3 -c '
+read -r MCP_PORT ADMIN_PORT HANDOFF_PORT < <(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(2)]
+ss = [socket.socket() for _ in range(3)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 mkdir -p "$WORK/etc/keys"
@@ -383,9 +383,9 @@ awk '
     on && NF && match($0, /^ +/) && RLENGTH < ind { exit }
     on { print substr($0, ind + 1) }
 ' deploy/base/configmap.yaml >"$WORK/configmap.toml"
-python3 - "$WORK/configmap.toml" "$WORK/etc/mcp-edge.toml" "$MCP_PORT" "$ADMIN_PORT" "$UP_PORT" <<'EOF'
+python3 - "$WORK/configmap.toml" "$WORK/etc/mcp-edge.toml" "$MCP_PORT" "$ADMIN_PORT" "$UP_PORT" "$HANDOFF_PORT" <<'EOF'
 import re, sys
-src, dst, mcp, admin, up = sys.argv[1:]
+src, dst, mcp, admin, up, handoff = sys.argv[1:]
 text = open(src).read()
 def patch(pattern, repl, what):
     global text
@@ -395,8 +395,11 @@ def patch(pattern, repl, what):
 patch(r'(\[\[listeners\]\]\s*\naddress = )"[^"]*"', rf'\1"127.0.0.1:{mcp}"', "[[listeners]] address")
 patch(r'(\[metrics\]\s*\naddress = )"[^"]*"', rf'\1"127.0.0.1:{admin}"', "[metrics] address")
 patch(r'(\[\[pools\]\][^\[]*?^dns = )"[^"]*"', rf'\1"127.0.0.1:{up}"', "pool dns")
-# The replicas' headless Service is the cluster's; here the one replica is itself.
-patch(r'(\[fleet\][^\[]*?^dns = )"[^"]*"', rf'\1"127.0.0.1:{admin}"', "[fleet] dns")
+# The replicas' headless Service is the cluster's; here the one replica is itself, on its
+# hand-off listener; its address comes from POD_IP as the Downward API gives it.
+patch(r'(\[fleet\][^\[]*?^dns = )"[^"]*"', rf'\1"127.0.0.1:{handoff}"', "[fleet] dns")
+patch(r'(\[fleet\][^\[]*?^handoff_listen = )"[^"]*"', rf'\1"127.0.0.1:{handoff}"', "[fleet] handoff_listen")
+patch(r'(\[fleet\][^\[]*?^advertise = )"\$\{POD_IP\}:[0-9]+"', rf'\1"${{POD_IP}}:{handoff}"', "[fleet] advertise")
 if 'keys_file = "/etc/mcp-edge/keys/session-keys"' not in text:
     sys.exit("configmap.yaml: keys_file is not /etc/mcp-edge/keys/session-keys any more")
 open(dst, "w").write(text)
@@ -414,7 +417,7 @@ log "podman run --read-only --user 10001:10001 $IMAGE"
 CTR_STARTED=1
 t 1m "${PM[@]}" run -d --name "$CTR" --network host --read-only --read-only-tmpfs=false \
     --tmpfs /tmp:rw,size=16m,mode=1777 --user 10001:10001 --cap-drop ALL \
-    --security-opt no-new-privileges --stop-timeout "$GRACE" \
+    --security-opt no-new-privileges --stop-timeout "$GRACE" -e POD_IP=127.0.0.1 \
     -v "$WORK/etc:/etc/mcp-edge:ro" -v "$WORK/etc/keys:/etc/mcp-edge/keys:ro" \
     "$IMAGE" >/dev/null
 ADMIN=http://127.0.0.1:$ADMIN_PORT
