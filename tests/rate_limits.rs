@@ -141,6 +141,18 @@ struct Run {
 }
 
 impl Run {
+    /// One call's outcome: admitted, limited, or anything else.
+    fn record(&mut self, r: reqwest::Result<reqwest::Response>) {
+        match r.map(|r| r.status().as_u16()) {
+            Ok(200) => self.admitted += 1,
+            Ok(429) => self.limited += 1,
+            Ok(s) => self.other.push(format!("status {s}")),
+            Err(e) => self.other.push(e.to_string()),
+        }
+    }
+}
+
+impl Run {
     fn add(&mut self, other: Run) {
         self.admitted += other.admitted;
         self.limited += other.limited;
@@ -167,11 +179,7 @@ async fn send(url: &str, per_second: u32, length: Duration) -> Run {
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let body = modern_body(
-        json!(1),
-        "tools/call",
-        json!({"name": "echo", "arguments": {}}),
-    );
+    let body = echo();
     let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut run = Run::default();
@@ -184,15 +192,19 @@ async fn send(url: &str, per_second: u32, length: Duration) -> Run {
             .send()
             .await;
         run.latencies.push(sent.elapsed());
-        match r.map(|r| r.status().as_u16()) {
-            Ok(200) => run.admitted += 1,
-            Ok(429) => run.limited += 1,
-            Ok(s) => run.other.push(format!("status {s}")),
-            Err(e) => run.other.push(e.to_string()),
-        }
+        run.record(r);
     }
     run.elapsed = started.elapsed();
     run
+}
+
+/// The call every run sends.
+fn echo() -> serde_json::Value {
+    modern_body(
+        json!(1),
+        "tools/call",
+        json!({"name": "echo", "arguments": {}}),
+    )
 }
 
 /// `n` calls as alice, all at once.
@@ -202,21 +214,12 @@ async fn at_once(url: &str, n: u32) -> Run {
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let body = modern_body(
-        json!(1),
-        "tools/call",
-        json!({"name": "echo", "arguments": {}}),
-    );
+    let body = echo();
     let started = Instant::now();
     let calls = (0..n).map(|_| modern_request(&c, url, &body).bearer_auth("k-alice").send());
     let mut run = Run::default();
     for r in futures_util::future::join_all(calls).await {
-        match r.map(|r| r.status().as_u16()) {
-            Ok(200) => run.admitted += 1,
-            Ok(429) => run.limited += 1,
-            Ok(s) => run.other.push(format!("status {s}")),
-            Err(e) => run.other.push(e.to_string()),
-        }
+        run.record(r);
     }
     run.elapsed = started.elapsed();
     run

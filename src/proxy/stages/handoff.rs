@@ -72,7 +72,9 @@ impl Stage for HandOff {
     const NAME: &'static str = "handoff";
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
-        let Some(fleet) = a.ctx.snapshot.fleet.clone() else {
+        // Most requests: no fleet that hands requests on, none handed here.
+        let handing = a.ctx.snapshot.fleet.as_ref().filter(|f| f.this().is_some());
+        let Some(fleet) = handing.cloned() else {
             return Ok(Flow::Next);
         };
         if let Some(hop) = &a.ctx.request.hop {
@@ -86,9 +88,6 @@ impl Stage for HandOff {
                 None | Some(Whose::Here) => Ok(Flow::Next),
                 Some(_) => Err(Rejection::with_id(gone(), a.ctx.request_id().cloned())),
             };
-        }
-        if fleet.this().is_none() {
-            return Ok(Flow::Next);
         }
         let reject = |e: Miss| Rejection::with_id(e.into(), a.ctx.request_id().cloned());
         let holder = holder(a, &fleet).map_err(reject)?;
