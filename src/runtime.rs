@@ -55,8 +55,10 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// `Access-Control-Max-Age` of the edge's preflight answers (`cors_max_age_seconds`).
     pub cors_max_age: u64,
-    /// Legacy Streamable HTTP clients are bridged to the 2026-07-28 members (`bridge_legacy`).
+    /// Legacy clients are bridged to the 2026-07-28 members (`bridge_legacy`).
     pub bridge: bool,
+    /// The public HTTP+SSE messages path (prefix included), when the route has one.
+    pub messages_path: Option<String>,
     /// Who may call, what they may use, how often (see [`crate::identity`]).
     pub access: crate::identity::Access,
     /// Handles on this route's per-request metric series.

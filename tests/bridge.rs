@@ -301,3 +301,39 @@ async fn initialize_reaches_a_member_so_its_authorization_applies() {
     assert!(head.contains("mcp-method: server/discover"), "{head}");
     assert!(head.contains("authorization: bearer expired"), "{head}");
 }
+
+fn sse_route(members: &[&Peer]) -> String {
+    let addrs: Vec<_> = members.iter().map(|p| p.addr).collect();
+    pool_with_health(
+        &addrs,
+        "check = \"mcp\"\ninterval_ms = 500",
+        "bridge_legacy = true\nsse_path = \"/sse\"\nmessages_path = \"/messages\"",
+    )
+}
+
+fn sse_clients(url: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "ts v1 HTTP+SSE",
+            ts_client(url, &["--sdk", "v1", "--transport", "sse"]),
+        ),
+        (
+            "py HTTP+SSE",
+            py_client(url, &["--mode", "legacy", "--transport", "sse"]),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sse_clients_reach_modern_only_servers_on_a_stream_the_edge_holds() {
+    let (a, b) = (ts_server("modern", "s1"), ts_server("modern", "s2"));
+    let edge = start_edge(&sse_route(&[&a, &b]));
+    wait_learned(&edge).await;
+    let url = format!("http://127.0.0.1:{}/sse", edge.port);
+    let runs = tokio::task::spawn_blocking(move || sse_clients(&url))
+        .await
+        .unwrap();
+    for (what, out) in &runs {
+        assert_bridged(what, out, &[&a, &b]);
+    }
+}

@@ -46,6 +46,11 @@ pub(super) fn routes(
             hosts: lower(&r.allowed_hosts),
             cors_max_age: r.cors_max_age_seconds,
             bridge: r.bridge_legacy,
+            messages_path: r
+                .messages_path
+                .as_ref()
+                .filter(|_| r.sse_path.is_some())
+                .map(|m| format!("{}{}", r.prefix, m)),
             access,
             series: Default::default(),
         });
@@ -96,9 +101,6 @@ fn check_against_pool(
     }
     if !accepted.iter().any(|v| v == crate::mcp::MODERN_VERSION) {
         errs.push(format!("routes[{i}].bridge_legacy: the route's versions must list {} (bridged requests are sent as such)", crate::mcp::MODERN_VERSION));
-    }
-    if r.sse_path.is_some() {
-        errs.push(format!("routes[{i}].bridge_legacy: HTTP+SSE (sse_path) cannot be bridged; serve it from a route without bridge_legacy"));
     }
 }
 
@@ -205,6 +207,7 @@ fn passthrough_route(
         hosts: lower(&p.allowed_hosts),
         cors_max_age: p.cors_max_age_seconds,
         bridge: false,
+        messages_path: None,
         access: crate::identity::Access {
             forward_credential: true,
             ..Default::default()

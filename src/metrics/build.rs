@@ -293,6 +293,11 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
             "Requests the hand-off listener refused (never served), by reason: unsigned, unknown_key, stale, forged, replayed, body_altered, busy",
             &["reason"],
         )?,
+        bridged_streams: r.counter(
+            "mcp_edge_bridged_streams_total",
+            "HTTP+SSE streams the edge holds for clients bridged to 2026-07-28 members: opened, lost (an answer that could not be queued: the client left or stopped reading)",
+            &["event"],
+        )?,
         revisions: r.gauge(
             "mcp_edge_pool_revisions",
             "Protocol revisions a pool's healthy members speak (1) or refuse (0), from their server/discover answers and a legacy initialize",
@@ -373,6 +378,7 @@ fn preregister(m: &Metrics) {
     zeroes::<TaskIdOp>(&m.task_ids);
     zeroes::<Handoff>(&m.pools.handoffs);
     zeroes::<HopRefused>(&m.pools.handoffs_refused);
+    zeroes::<BridgedStream>(&m.pools.bridged_streams);
     zeroes::<TokenFailure>(&m.session_token_failures);
     zeroes::<ReloadResult>(&m.config_reloads);
     zeroes::<Holder>(&m.budget.refusals);

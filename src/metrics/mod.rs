@@ -163,6 +163,19 @@ pub struct PoolMetrics {
     pub handoffs: IntCounterVec,
     /// Requests the hand-off listener refused, by reason.
     pub handoffs_refused: IntCounterVec,
+    /// HTTP+SSE streams the edge holds for bridged clients: opened, lost (a client not reading).
+    pub bridged_streams: IntCounterVec,
+}
+
+/// The `event` label of `mcp_edge_bridged_streams_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum BridgedStream {
+    /// A bridged HTTP+SSE client's stream opened here.
+    Opened,
+    /// An answer could not be queued: the client stopped reading (the stream is let go) or
+    /// left.
+    Lost,
 }
 
 /// The `outcome` label of `mcp_edge_handoffs_total`.
@@ -351,6 +364,13 @@ pub fn stdio_exit(pool: &str) {
 }
 
 impl Metrics {
+    pub fn bridged_stream(&self, event: BridgedStream) {
+        self.pools
+            .bridged_streams
+            .with_label_values(&[label(event)])
+            .inc();
+    }
+
     pub fn handoff(&self, outcome: Handoff) {
         self.pools
             .handoffs

@@ -101,8 +101,19 @@ impl ProxyHttp for Edge {
         };
         match pipeline::request(admission).await {
             Ok(Flow::Next | Flow::HandOff) => {
+                if ctx.stages.sse_bridge.is_some() {
+                    // The answer goes to the client's stream, the POST gets `202` at once:
+                    // the client may close this connection before the member's answer ends,
+                    // which must not cancel it; and it must not wait behind it.
+                    session.downstream_session.set_abort_on_close(false);
+                    session.downstream_session.set_keepalive(None);
+                }
                 self.install_replay(session, ctx);
                 Ok(false)
+            }
+            Ok(Flow::Hold(held)) => {
+                stages::sse_bridge::hold(session, ctx, self, held).await;
+                Ok(true)
             }
             Ok(Flow::Answer(answer) | Flow::AnswerOnceAdmitted(answer)) => {
                 respond::answer(session, ctx, answer).await;

@@ -50,11 +50,12 @@ macro_rules! pipeline {
             $(
                 match <$request as Stage>::request(a).await? {
                     Flow::Next => {}
-                    Flow::AnswerOnceAdmitted(answer) => once_admitted = Some(answer),
+                    Flow::AnswerOnceAdmitted(answer) => once_admitted = Some(Flow::Answer(answer)),
+                    Flow::Hold(held) => once_admitted = Some(Flow::Hold(held)),
                     done => return Ok(done),
                 }
             )*
-            Ok(once_admitted.map_or(Flow::Next, Flow::Answer))
+            Ok(once_admitted.unwrap_or(Flow::Next))
         }
 
         pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
@@ -95,7 +96,7 @@ macro_rules! pipeline {
             Ok(())
         }
 
-        pub fn answer(head: &mut ResponseHeader, body: &[u8], ctx: &mut Ctx) -> pingora::Result<()> {
+        pub fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
             $(<$answer as Stage>::answer(head, body, ctx)?;)*
             Ok(())
         }
@@ -123,6 +124,7 @@ pipeline! {
         handoff::HandOff,
         access_log::AccessLog,
         tasks::Tasks,
+        sse_bridge::SseBridge,
         bridge::Bridge,
         limits::Streams,
         legacy::Legacy,
@@ -139,6 +141,7 @@ pipeline! {
         method::Method,
         identity::Identify,
         route::Route,
+        sse_bridge::SseBridge,
         legacy::Legacy,
         tasks::Tasks,
         bridge::Bridge,
@@ -162,18 +165,22 @@ pipeline! {
         legacy::Legacy,
         cors::Cors,
         tasks::Tasks,
+        sse_bridge::SseBridge,
     ],
     response_body: [
         outcome::Outcome,
         tasks::Tasks,
         super::rewrite::Rewrite,
         legacy::Legacy,
+        sse_bridge::SseBridge,
     ],
     answer: [
         outcome::Outcome,
         cors::Cors,
+        sse_bridge::SseBridge,
     ],
     logging: [
+        sse_bridge::SseBridge,
         metrics::Metrics,
         trace::Trace,
         access_log::AccessLog,

@@ -36,10 +36,11 @@ pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: Answer) {
     let Ok(mut resp) = answer_head(&answer) else {
         return;
     };
-    if pipeline::answer(&mut resp, &answer.body, ctx).is_err() {
+    let mut body = answer.body;
+    if pipeline::answer(&mut resp, &mut body, ctx).is_err() {
         return;
     }
-    let body = (!answer.body.is_empty()).then_some(answer.body);
+    let body = (!body.is_empty()).then_some(body);
     let end = body.is_none();
     if session
         .write_response_header(Box::new(resp), end)
@@ -170,7 +171,7 @@ fn classify(e: &Error) -> EdgeError {
 
 /// Write an edge error response. Failures to write mean the client is gone; nothing to do.
 async fn write(session: &mut Session, ctx: &mut Ctx, error: &EdgeError, id: Option<&Value>) {
-    let body: Bytes = error.body(id);
+    let mut body: Bytes = error.body(id);
     if !session.downstream_session.is_body_done() {
         // The request body was not read: the connection cannot carry another request.
         session.downstream_session.set_keepalive(None);
@@ -179,13 +180,15 @@ async fn write(session: &mut Session, ctx: &mut Ctx, error: &EdgeError, id: Opti
         return;
     };
     // An allowed origin's page can read the error (its status, body and marker).
-    if pipeline::answer(&mut resp, &body, ctx).is_err() {
+    if pipeline::answer(&mut resp, &mut body, ctx).is_err() {
         return;
     }
+    let end = body.is_empty();
     if session
-        .write_response_header(Box::new(resp), false)
+        .write_response_header(Box::new(resp), end)
         .await
         .is_ok()
+        && !end
     {
         let _ = session.write_response_body(Some(body), true).await;
     }

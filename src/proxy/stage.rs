@@ -25,6 +25,9 @@ pub enum Flow {
     /// Another replica holds the request's state: the request goes there as it came (the
     /// stages after this one run there).
     HandOff,
+    /// The edge holds an event stream for the client (a bridged HTTP+SSE client's), once
+    /// the stages after this one let the request through.
+    Hold(Box<super::stages::sse_bridge::Held>),
 }
 
 /// A request on its way in, before a member is chosen.
@@ -80,8 +83,8 @@ pub trait Stage {
     }
 
     /// The head and body of an answer the edge writes itself (an error, a bridged or hidden
-    /// entry's answer, a metadata document).
-    fn answer(_head: &mut ResponseHeader, _body: &[u8], _ctx: &mut Ctx) -> pingora::Result<()> {
+    /// entry's answer, a metadata document); a stage may take the body (the head then says so).
+    fn answer(_head: &mut ResponseHeader, _body: &mut Bytes, _ctx: &mut Ctx) -> pingora::Result<()> {
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 //!   token that does not open (404: the client re-initialises).
 
 pub mod keyring;
+pub mod streams;
 pub mod token;
 
 pub use keyring::KeyRing;

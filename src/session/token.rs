@@ -29,6 +29,8 @@ pub enum Kind {
     Task = 2,
     /// A bridged legacy session: what the client declared at `initialize`.
     Bridge = 3,
+    /// A bridged HTTP+SSE client's stream (held by the replica the token names).
+    Stream = 4,
 }
 const HEADER_LEN: usize = 2 + NONCE_LEN;
 const TAG_LEN: usize = 16;

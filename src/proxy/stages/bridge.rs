@@ -36,7 +36,7 @@ use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
-use crate::session::{self, Kind, Sessions};
+use crate::session::{self, streams, Kind, Sessions};
 
 /// A request forwarded as a 2026-07-28 one.
 #[derive(Debug)]
@@ -52,7 +52,16 @@ pub struct State {
 #[derive(Debug)]
 struct Initialize {
     version: String,
-    session: String,
+    /// The session id to hand out (an HTTP+SSE client's is its stream's, handed out already).
+    session: Option<String>,
+}
+
+/// Where a bridged client's session lives: in a token in `Mcp-Session-Id` (Streamable HTTP,
+/// bound to the caller), or with the stream this replica holds for it (HTTP+SSE).
+#[derive(Clone, Copy)]
+enum Client {
+    Session(Option<[u8; 16]>),
+    Stream(u64),
 }
 
 pub struct Bridge;
@@ -66,7 +75,7 @@ impl Stage for Bridge {
             return Ok(Flow::Next);
         };
         let bridged = endpoint.route.bridge
-            && endpoint.kind == EndpointKind::Streamable
+            && matches!(endpoint.kind, EndpointKind::Streamable | EndpointKind::Messages)
             && request.era == Some(Era::Legacy);
         if !bridged {
             return Ok(Flow::Next);
@@ -76,9 +85,12 @@ impl Stage for Bridge {
             return Ok(Flow::AnswerOnceAdmitted(Answer::empty(200)));
         };
         let req = a.session.req_header();
-        let credential = session::binding(req, request.principal.as_deref());
+        let client = match a.ctx.stages.sse_bridge.as_deref() {
+            Some(stream) => Client::Stream(stream.stream()),
+            None => Client::Session(session::binding(req, request.principal.as_deref())),
+        };
         let id = request.message.as_ref().and_then(|m| m.id.clone());
-        let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, credential);
+        let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, client);
         match bridged.map_err(|e| Rejection::with_id(e, id))? {
             Bridged::Answer(answer) => Ok(Flow::AnswerOnceAdmitted(answer)),
             Bridged::Forward(state) => {
@@ -123,7 +135,9 @@ impl Stage for Bridge {
         }
         let initialize = match &forward.initialize {
             Some(init) if head.status.as_u16() == 200 => {
-                head.insert_header(SESSION_ID, init.session.as_str())?;
+                if let Some(session) = &init.session {
+                    head.insert_header(SESSION_ID, session.as_str())?;
+                }
                 Some(init.version.clone())
             }
             _ => None,
@@ -163,7 +177,7 @@ fn post(
     snapshot: &crate::runtime::Runtime,
     route: &Route,
     body: &mut Body,
-    credential: Option<[u8; 16]>,
+    client: Client,
 ) -> Result<Bridged, EdgeError> {
     let sessions = snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
         detail: "bridging needs the session key ring".into(),
@@ -176,9 +190,14 @@ fn post(
         .map_err(|_| invalid("a key appears more than once in the message"))?;
     let method = message.method.as_deref();
     if let (Some("initialize"), Some(id)) = (method, message.id) {
-        return initialize(sessions, route, id, message.params, body, credential);
+        return initialize(sessions, route, id, message.params, body, client);
     }
-    let declared = open(sessions, route, req, credential)?;
+    let declared = match client {
+        Client::Session(credential) => open(sessions, route, req, credential)?,
+        Client::Stream(stream) => streams::get()
+            .declared(stream)
+            .ok_or_else(|| invalid("the session is not initialised (initialize first)"))?,
+    };
     let (Some(method), Some(id)) = (method, message.id) else {
         // A notification, or a response to a request the edge never sent.
         return Ok(Bridged::Answer(Answer::empty(202)));
@@ -221,7 +240,7 @@ fn initialize(
     id: &RawValue,
     params: Option<&RawValue>,
     body: &mut Body,
-    credential: Option<[u8; 16]>,
+    client: Client,
 ) -> Result<Bridged, EdgeError> {
     let legacy: Vec<&str> = route
         .versions
@@ -231,7 +250,17 @@ fn initialize(
         .filter(|v| crate::mcp::is_legacy_version(v))
         .collect();
     let declared = era::declare(params, &legacy)?;
-    let session = seal(sessions, route, &declared, credential)?;
+    let session = match client {
+        Client::Session(credential) => Some(seal(sessions, route, &declared, credential)?),
+        Client::Stream(stream) => {
+            if !streams::get().declare(stream, declared.clone()) {
+                return Err(EdgeError::SessionUnknown {
+                    reason: "its event stream has closed",
+                });
+            }
+            None
+        }
+    };
     body.replace(era::discover_body(id, &declared)?);
     Ok(Bridged::Forward(Box::new(State {
         method: "server/discover".into(),

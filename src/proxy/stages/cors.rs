@@ -15,6 +15,7 @@
 //! [`Cors`] puts the grant (or, on a CORS route, at least `Vary: Origin`) on the heads of
 //! members' answers and of the edge's own.
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
@@ -86,7 +87,7 @@ impl Stage for Cors {
         decorate(head, ctx)
     }
 
-    fn answer(head: &mut ResponseHeader, _body: &[u8], ctx: &mut Ctx) -> pingora::Result<()> {
+    fn answer(head: &mut ResponseHeader, _body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
         decorate(head, ctx)
     }
 }

@@ -240,30 +240,26 @@ fn gone() -> EdgeError {
     }
 }
 
-/// The replica a legacy request's token names (a stdio pool's session), when it opens, and
-/// when the token was sealed. A token that does not open is the legacy stage's to refuse,
-/// here or there.
+/// The replica a legacy request's token names (a stdio pool's session, a bridged HTTP+SSE
+/// client's stream), when it opens, and when the token was sealed. A token that does not
+/// open is the legacy (or the bridge) stage's to refuse, here or there.
 fn session_owner(a: &Admission<'_>) -> Option<(crate::session::Owner, u64)> {
     let request = &a.ctx.request;
     let endpoint = request.endpoint.as_ref()?;
     let pool = &endpoint.route.pool;
-    pool.stdio.get()?;
-    let bridged_route = endpoint.route.bridge && endpoint.kind == EndpointKind::Streamable;
-    if request.era != Some(Era::Legacy) || bridged_route {
+    if request.era != Some(Era::Legacy) {
         return None;
     }
+    let kind = match (endpoint.route.bridge, endpoint.kind) {
+        (true, EndpointKind::Messages) => Kind::Stream,
+        (false, _) if pool.stdio.get().is_some() => Kind::Session,
+        _ => return None,
+    };
     let token = super::legacy::token_of(a.session.req_header(), endpoint).ok()??;
     let sessions = a.ctx.snapshot.sessions.as_deref()?;
     let max_age = sessions.max_age_secs;
-    let claims = session::open_for(
-        sessions,
-        token,
-        Kind::Session,
-        max_age,
-        &pool.name,
-        Caller::Any,
-    )
-    .ok()?;
+    let claims =
+        session::open_for(sessions, token, kind, max_age, &pool.name, Caller::Any).ok()?;
     Some((claims.owner?, claims.issued_at))
 }
 
@@ -278,9 +274,6 @@ fn resolvable(fleet: &Fleet) -> u64 {
 fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, Miss> {
     let request = &a.ctx.request;
     let Some(endpoint) = &request.endpoint else {
-        return Ok(None);
-    };
-    let Some(group) = endpoint.route.pool.stdio.get() else {
         return Ok(None);
     };
     if let Some((owner, issued)) = session_owner(a) {
@@ -300,6 +293,9 @@ fn holder(a: &Admission<'_>, fleet: &Fleet) -> Result<Option<Holder>, Miss> {
             Whose::Unknown(_) => Err(Miss::Gone),
         };
     }
+    let Some(group) = endpoint.route.pool.stdio.get() else {
+        return Ok(None);
+    };
     if group.spec.isolation != Isolation::PerPrincipal {
         return Ok(None);
     }

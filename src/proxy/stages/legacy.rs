@@ -67,8 +67,8 @@ impl Stage for Legacy {
         let Some(endpoint) = &request.endpoint else {
             return Ok(Flow::Next);
         };
-        let bridged_route = endpoint.route.bridge && endpoint.kind == EndpointKind::Streamable;
-        if request.era != Some(Era::Legacy) || bridged_route {
+        // A bridged route's legacy clients are the bridge's (`bridge.rs`, `sse_bridge.rs`).
+        if request.era != Some(Era::Legacy) || endpoint.route.bridge {
             return Ok(Flow::Next);
         }
         let req = a.session.req_header();

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod rate;
 pub mod route;
 pub mod rules;
+pub mod sse_bridge;
 pub mod stdio;
 pub mod tasks;
 pub mod trace;
@@ -35,6 +36,7 @@ pub struct State {
     pub trace: Option<Box<trace::State>>,
     pub tasks: Option<Box<tasks::State>>,
     pub bridge: Option<Box<bridge::State>>,
+    pub sse_bridge: Option<Box<sse_bridge::State>>,
     pub legacy: Option<Box<legacy::State>>,
     pub handoff: Option<Box<handoff::State>>,
     pub policy: Option<Box<policy::State>>,

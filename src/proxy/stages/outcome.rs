@@ -52,7 +52,7 @@ impl Stage for Outcome {
         Ok(())
     }
 
-    fn answer(head: &mut ResponseHeader, body: &[u8], ctx: &mut Ctx) -> pingora::Result<()> {
+    fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
         if ctx.error.is_some() || body.is_empty() {
             return Ok(());
         }

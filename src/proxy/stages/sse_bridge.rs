@@ -1,0 +1,380 @@
+//! HTTP+SSE clients (2024-11-05) bridged to 2026-07-28 members (`bridge_legacy` on a route
+//! with `sse_path` and `messages_path`). Such a client opens an event stream with a `GET`,
+//! learns from its `endpoint` event where to POST, and reads every answer on the stream;
+//! the members have no stream to give it, so the edge holds one itself.
+//!
+//! - `GET` on the route's `sse_path`: the edge answers with its own event stream (once the
+//!   later checks let it through: a stream slot, the rate limit). Its `endpoint` event names
+//!   the messages path with a session token (kind `Stream`) naming the stream and, with
+//!   `[fleet] handoff_listen`, this replica; the stream lives in
+//!   [`crate::session::streams`] until the client goes, the edge shuts down, or the client
+//!   stops reading.
+//! - `POST` on `messages_path`: the token opens to the stream (another replica's: the
+//!   `handoff` stage sent the POST there before this stage runs; one that is not held here
+//!   any more: 404). The bridge stage turns the message into a 2026-07-28 request as for a
+//!   Streamable HTTP client, what the client declared at `initialize` kept with the stream.
+//! - The answer, the member's (each message of a JSON answer or an event stream, progress
+//!   included, converted by the bridge) or the edge's own (an error, a bridged `ping`, a
+//!   hidden entry), becomes events on the stream; the POST itself gets `202 Accepted` with no
+//!   body, as an HTTP+SSE server answers. A request that got no answer at all (the member's
+//!   answer broke off) gets a JSON-RPC error event, so no client waits forever.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::error::{EdgeError, Rejection};
+use crate::mcp::jsonrpc::code;
+use crate::mcp::media::{self, Media};
+use crate::mcp::{jsonrpc, sse};
+use crate::metrics::{self, BridgedStream, TokenOp};
+use crate::proxy::ctx::Ctx;
+use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::{pipeline, Edge};
+use crate::runtime::{EndpointKind, Route};
+use crate::session::streams::{self, Opened};
+use crate::session::{self, Kind};
+
+/// A held stream's keep-alive comment, written when nothing else was for this long (it also
+/// finds a client that went away without closing).
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// The largest message of a member's answer turned into one event.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A POST whose answer goes to its stream.
+pub struct State {
+    stream: u64,
+    /// The member's answer head arrived: its body becomes events.
+    diverting: bool,
+    media: Media,
+    status: u16,
+    /// What of the member's answer is not a whole message yet.
+    held: Vec<u8>,
+    /// An answer (or an error) reached the stream, or the stream is gone.
+    answered: bool,
+    /// The client speaks HTTP/2 (no `Transfer-Encoding`).
+    h2: bool,
+}
+
+/// A stream the edge holds for a client, once the request is admitted.
+pub struct Held {
+    opened: Opened,
+    /// The `endpoint` event's URL (the messages path with the client's token).
+    endpoint: String,
+}
+
+pub struct SseBridge;
+
+impl Stage for SseBridge {
+    const NAME: &'static str = "sse_bridge";
+
+    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let Some(endpoint) = &a.ctx.request.endpoint else {
+            return Ok(Flow::Next);
+        };
+        if !endpoint.route.bridge {
+            return Ok(Flow::Next);
+        }
+        let route = endpoint.route.clone();
+        let reject = |e| Rejection::with_id(e, a.ctx.request_id().cloned());
+        match endpoint.kind {
+            EndpointKind::SseStream => {
+                let held = open(a, &route).map_err(reject)?;
+                Ok(Flow::Hold(Box::new(held)))
+            }
+            EndpointKind::Messages if a.ctx.request.body.is_some() => {
+                let stream = stream_of(a, &route).map_err(reject)?;
+                a.ctx.stages.sse_bridge = Some(Box::new(State {
+                    stream,
+                    diverting: false,
+                    media: Media::Other,
+                    status: 0,
+                    held: Vec::new(),
+                    answered: false,
+                    h2: a.session.is_http2(),
+                }));
+                Ok(Flow::Next)
+            }
+            _ => Ok(Flow::Next),
+        }
+    }
+
+    /// The member gets a 2026-07-28 request on its own endpoint (the route's path), without
+    /// the client's session parameter.
+    fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
+        if o.ctx.stages.sse_bridge.is_none() {
+            return Ok(());
+        }
+        let route = o.ctx.endpoint()?.route.clone();
+        let path = route.name.strip_prefix(route.prefix.as_str()).unwrap_or(&route.name);
+        super::route::set_target(o.head, path)
+    }
+
+    /// The POST is accepted (its answer goes to the stream).
+    fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
+        let (media, encoded) = (ctx.response.media, ctx.response.encoded);
+        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+            return Ok(());
+        };
+        state.diverting = true;
+        state.status = head.status.as_u16();
+        state.media = if encoded { Media::Other } else { media };
+        accepted(head)?;
+        // The POST's answer ends when the member's does (an exchange whose answer is done
+        // stops reading the member's): no length.
+        head.remove_header(&http::header::CONTENT_LENGTH);
+        if !state.h2 {
+            head.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+        }
+        Ok(())
+    }
+
+    /// The member's answer, message by message (converted by the bridge's rewrite), onto
+    /// the stream; nothing of it to the POST.
+    fn response_body(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> pingora::Result<()> {
+        let id = ctx.request_id().map(ToString::to_string);
+        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+            return Ok(());
+        };
+        if !state.diverting {
+            return Ok(());
+        }
+        if let Some(chunk) = body.as_mut() {
+            if state.media != Media::Other {
+                state.held.extend_from_slice(chunk);
+            }
+            *chunk = Bytes::new();
+        }
+        state.pass_on(end, id.as_deref());
+        Ok(())
+    }
+
+    /// An answer of the edge's own (a bridged `ping`, an error, a hidden entry) goes to the
+    /// stream too; a notification's `202` stays as it is.
+    fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
+        let id = ctx.request_id().map(ToString::to_string);
+        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+            return Ok(());
+        };
+        if let (Some(_), false) = (&id, body.is_empty()) {
+            state.send(&Bytes::from(sse::message_event(&one_line(body), "\n")));
+        }
+        *body = Bytes::new();
+        accepted(head)
+    }
+
+    /// A request that got no answer on its stream gets an error there.
+    fn logging(_session: &Session, ctx: &mut Ctx) {
+        let id = ctx.request_id().map(ToString::to_string);
+        let error = ctx.error.as_ref().map(|e| e.kind().as_str());
+        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+            return;
+        };
+        if let (Some(id), false) = (id, state.answered) {
+            let why = match error {
+                Some(kind) => format!("the request failed at the edge ({kind}) before an answer came"),
+                None => "the server's answer ended before a message came".to_string(),
+            };
+            state.send_error(&id, &why);
+        }
+    }
+}
+
+impl State {
+    /// The stream the POST's answer goes to.
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+
+    /// Whole messages of what is held go to the stream; at the end, what remains.
+    fn pass_on(&mut self, end: bool, id: Option<&str>) {
+        if self.media == Media::EventStream {
+            while let Some(n) = sse::event_end(&self.held) {
+                let event: Vec<u8> = self.held.drain(..n).collect();
+                let text = String::from_utf8_lossy(&event);
+                if let Some(data) = sse::data(&sse::lines(&text)) {
+                    if !data.trim().is_empty() {
+                        self.send(&Bytes::from(sse::message_event(&one_line(data.as_bytes()), "\n")));
+                    }
+                }
+            }
+        }
+        if self.held.len() > MAX_MESSAGE_BYTES {
+            self.held = Vec::new();
+            if let Some(id) = id {
+                self.send_error(id, "the server's answer is too large to bridge to an HTTP+SSE stream");
+            }
+            self.media = Media::Other;
+        }
+        if !end {
+            return;
+        }
+        let rest = std::mem::take(&mut self.held);
+        if self.media == Media::Json && rest.iter().any(|b| !b.is_ascii_whitespace()) {
+            self.send(&Bytes::from(sse::message_event(&one_line(&rest), "\n")));
+        }
+        if let (Some(id), false) = (id, self.answered) {
+            let why = format!(
+                "the server answered HTTP {} without a JSON-RPC message",
+                self.status
+            );
+            self.send_error(id, &why);
+        }
+    }
+
+    fn send(&mut self, event: &Bytes) {
+        if streams::get().send(self.stream, event.clone()).is_err() {
+            // The client left, or stopped reading: nothing more can reach it.
+            metrics::get().bridged_stream(BridgedStream::Lost);
+        }
+        self.answered = true;
+    }
+
+    fn send_error(&mut self, id: &str, message: &str) {
+        let error = jsonrpc::error(id, code::INTERNAL, message, None);
+        self.send(&Bytes::from(sse::message_event(&error, "\n")));
+    }
+}
+
+/// `202 Accepted`, no body: the answer is on the stream.
+fn accepted(head: &mut ResponseHeader) -> pingora::Result<()> {
+    head.set_status(202)?;
+    for name in [
+        http::header::CONTENT_TYPE,
+        http::header::CONTENT_ENCODING,
+        http::header::TRANSFER_ENCODING,
+        http::header::ETAG,
+    ] {
+        head.remove_header(&name);
+    }
+    head.insert_header(http::header::CONTENT_LENGTH, "0")
+}
+
+/// A JSON message on one `data:` line: its line ends (only ever whitespace between tokens
+/// in JSON, inside strings they are escaped) go.
+fn one_line(message: &[u8]) -> String {
+    let text = String::from_utf8_lossy(message);
+    match text.contains(['\r', '\n']) {
+        true => text.replace(['\r', '\n'], ""),
+        false => text.into_owned(),
+    }
+}
+
+/// A new stream for the client, and the token naming it.
+fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
+    let sessions = a.ctx.snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
+        detail: "bridging needs the session key ring".into(),
+    })?;
+    let messages = route.messages_path.as_deref().ok_or(EdgeError::Internal {
+        detail: "a bridged HTTP+SSE route needs messages_path".into(),
+    })?;
+    let opened = streams::get().open().ok_or(EdgeError::Internal {
+        detail: "no stream id".into(),
+    })?;
+    let credential = session::binding(a.session.req_header(), a.ctx.request.principal.as_deref());
+    let owner = a.ctx.snapshot.fleet.as_deref().and_then(|f| f.this());
+    let id = format!("{:016x}", opened.id);
+    let held = session::Held {
+        pool: &route.pool.name,
+        member: "",
+        upstream_id: &id,
+        owner,
+    };
+    let token = session::seal_session(sessions, Kind::Stream, held, credential)?;
+    metrics::get().token(TokenOp::Sealed);
+    metrics::get().bridged_stream(BridgedStream::Opened);
+    let param = route.session_params.first().map_or("sessionId", String::as_str);
+    Ok(Held {
+        opened,
+        endpoint: format!("{messages}?{param}={token}"),
+    })
+}
+
+/// The stream a POST's token names, held here.
+fn stream_of(a: &Admission<'_>, route: &Route) -> Result<u64, EdgeError> {
+    let sessions = a.ctx.snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
+        detail: "bridging needs the session key ring".into(),
+    })?;
+    let endpoint = a.ctx.request.endpoint.as_ref().ok_or(EdgeError::Internal {
+        detail: "no endpoint".into(),
+    })?;
+    let req = a.session.req_header();
+    let token = super::legacy::token_of(req, endpoint)?.ok_or(EdgeError::SessionMissing)?;
+    let credential = session::binding(req, a.ctx.request.principal.as_deref());
+    let claims = session::open_session(sessions, &route.pool.name, token, credential, Kind::Stream)?;
+    let id = u64::from_str_radix(&claims.upstream_id, 16).map_err(|_| {
+        EdgeError::SessionUnknown {
+            reason: "malformed",
+        }
+    })?;
+    if !streams::get().holds(id) {
+        metrics::get().token_failure(metrics::TokenFailure::MemberGone);
+        return Err(EdgeError::SessionUnknown {
+            reason: "its event stream has closed",
+        });
+    }
+    metrics::get().token(TokenOp::Opened);
+    Ok(id)
+}
+
+/// Hold the client's stream: its head, the `endpoint` event, then every event queued for
+/// it, until the client goes, the edge shuts down, or the client stops reading.
+pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<Held>) {
+    ctx.answered = true;
+    let Held {
+        mut opened,
+        endpoint,
+    } = *held;
+    let Ok(mut head) = stream_head(session) else {
+        return;
+    };
+    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
+        return;
+    }
+    session
+        .downstream_session
+        .set_write_timeout(Some(ctx.snapshot.timeouts.stream_idle));
+    let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
+    if session.write_response_header(Box::new(head), false).await.is_err()
+        || session.write_response_body(Some(first), false).await.is_err()
+    {
+        return;
+    }
+    let mut cutoff = edge.cutoff.clone();
+    enum Next {
+        Event(Option<Bytes>),
+        Quiet,
+        Gone,
+    }
+    loop {
+        let next = tokio::select! {
+            event = opened.events.recv() => Next::Event(event),
+            _ = tokio::time::sleep(KEEPALIVE) => Next::Quiet,
+            _ = session.downstream_session.read_body_or_idle(true) => Next::Gone,
+            _ = cutoff.wait_for(|cut| *cut) => Next::Gone,
+        };
+        let bytes = match next {
+            Next::Event(Some(event)) => event,
+            Next::Quiet => Bytes::from_static(b": keep-alive\n\n"),
+            // Let go (not read) or the client or the edge is going.
+            Next::Event(None) | Next::Gone => break,
+        };
+        if session.write_response_body(Some(bytes), false).await.is_err() {
+            ctx.client_closed = true;
+            return;
+        }
+    }
+    let _ = session.write_response_body(None, true).await;
+}
+
+fn stream_head(session: &Session) -> pingora::Result<ResponseHeader> {
+    let mut head = ResponseHeader::build(200, Some(4))?;
+    head.insert_header(http::header::CONTENT_TYPE, media::EVENT_STREAM)?;
+    head.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
+    if !session.downstream_session.is_http2() {
+        head.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+    }
+    Ok(head)
+}
