@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 
 use common::edge_process::{spawn_at, Proc};
-use common::peers::{dir, ts_client};
+use common::peers::{dir, py_client, ts_client, ts_server};
 use common::*;
 use serde_json::{json, Value};
 
@@ -138,7 +138,7 @@ async fn start_fleet() -> Fleet {
 /// `listed` replicas in every `peers`, the first `started` of them running, each ready and
 /// seeing those live.
 async fn start_fleet_of(listed: usize, started: usize) -> Fleet {
-    start_fleet_with(listed, started, None, 1_000).await
+    start_fleet_with(listed, started, None, 1_000, "").await
 }
 
 /// [`start_fleet_of`]; `odd`: a replica whose key ring is another (a rotation gone wrong);
@@ -148,6 +148,7 @@ async fn start_fleet_with(
     started: usize,
     odd: Option<usize>,
     interval_ms: u64,
+    extra: &str,
 ) -> Fleet {
     let ring = key_file(&format!("1:{KEY_A}"));
     let other_ring = key_file(&format!("1:{KEY_B}"));
@@ -155,7 +156,7 @@ async fn start_fleet_with(
         .iter()
         .map(|_| (free_port(), free_port(), free_port()))
         .collect();
-    let body = pools();
+    let body = format!("{}{extra}", pools());
     let configs = (0..listed)
         .map(|i| {
             let path = std::env::temp_dir().join(format!(
@@ -666,7 +667,7 @@ async fn an_owner_gone_ends_its_sessions_only_and_a_stalled_one_is_a_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_replica_gone_before_the_fleet_notices_hands_its_callers_on() {
     // Replicas look at each other once a minute: the fleet will not notice within the test.
-    let mut fleet = start_fleet_with(3, 3, None, 60_000).await;
+    let mut fleet = start_fleet_with(3, 3, None, 60_000, "").await;
     let caller = kept_by(&fleet, &[0, 1, 2], 1);
     let c = client();
     let received = "mcp_edge_handoffs_total{outcome=\"received\"}";
@@ -796,7 +797,7 @@ async fn replicas_joining_and_leaving_fail_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_key_ring_differs_refuses_forwards_and_the_client_gets_502() {
-    let fleet = start_fleet_with(2, 2, Some(1), 1_000).await;
+    let fleet = start_fleet_with(2, 2, Some(1), 1_000, "").await;
     let caller = kept_by(&fleet, &[0, 1], 1);
     let c = client();
     let (status, v) = note_as(&c, &fleet.replicas[0], &caller, 1).await;
@@ -816,4 +817,54 @@ async fn a_replica_whose_key_ring_differs_refuses_forwards_and_the_client_gets_5
     let (status, v) = note_as(&c, &fleet.replicas[1], &caller, 2).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(text_of(&v), "l", "the first note its process holds: {v}");
+}
+
+/// HTTP+SSE clients (the official TypeScript v1 and Python ones) bridged to two
+/// 2026-07-28-only TypeScript servers: the stream is held by the replica the client's GET
+/// reached, its POSTs land on any replica and are handed to that one, and every answer,
+/// progress included, arrives on the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica() {
+    let (a, b) = (ts_server("modern", "m1"), ts_server("modern", "m2"));
+    let bridged = format!(
+        "[[pools]]\nname = \"modern\"\nmembers = [\"{}\", \"{}\"]\n[pools.health]\ncheck = \"mcp\"\ninterval_ms = 500\n\n[[routes]]\npath = \"/mcp\"\npool = \"modern\"\nbridge_legacy = true\nsse_path = \"/sse\"\nmessages_path = \"/messages\"\n\n",
+        a.addr, b.addr
+    );
+    let fleet = start_fleet_with(3, 3, None, 1_000, &bridged).await;
+    for r in &fleet.replicas {
+        wait_until(PATIENCE, "both servers are healthy", async || {
+            r.metric(&format!("mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}", a.addr)).await == 1.0
+                && r.metric(&format!("mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}", b.addr)).await == 1.0
+        })
+        .await;
+    }
+    let lb = haproxy(&fleet);
+    let url = format!("http://127.0.0.1:{}/sse", lb.port);
+    let runs = tokio::task::spawn_blocking(move || {
+        vec![
+            ("ts v1", ts_client(&url, &["--sdk", "v1", "--transport", "sse"])),
+            ("py", py_client(&url, &["--mode", "legacy", "--transport", "sse"])),
+        ]
+    })
+    .await
+    .unwrap();
+    for (what, out) in &runs {
+        assert_eq!(out["ok"], true, "{what}: {out}");
+        let echo = out["echo"].as_str().unwrap_or_default();
+        assert!(echo == "m1:hi" || echo == "m2:hi", "{what}: {out}");
+        assert_eq!(out["progress"], 3, "{what}: progress on the stream: {out}");
+        assert!(
+            matches!(out["resource"].as_str(), Some("m1" | "m2")),
+            "{what}: {out}"
+        );
+    }
+    let sent: f64 = sent_by_each(&fleet).await.iter().sum();
+    let received: f64 = {
+        let mut all = 0.0;
+        for r in &fleet.replicas {
+            all += r.metric("mcp_edge_handoffs_total{outcome=\"received\"}").await;
+        }
+        all
+    };
+    assert!(sent >= 2.0 && received == sent, "POSTs handed to the stream's replica: sent {sent}, received {received}");
 }

@@ -213,7 +213,8 @@ impl State {
         }
         let rest = std::mem::take(&mut self.held);
         if self.media == Media::Json && rest.iter().any(|b| !b.is_ascii_whitespace()) {
-            self.send(&Bytes::from(sse::message_event(&one_line(&rest), "\n")));
+            let message = answering(one_line(&rest), id);
+            self.send(&Bytes::from(sse::message_event(&message, "\n")));
         }
         if let (Some(id), false) = (id, self.answered) {
             let why = format!(
@@ -235,6 +236,31 @@ impl State {
     fn send_error(&mut self, id: &str, message: &str) {
         let error = jsonrpc::error(id, code::INTERNAL, message, None);
         self.send(&Bytes::from(sse::message_event(&error, "\n")));
+    }
+}
+
+/// A JSON answer as the answer to the request: an error the member gave without an id
+/// (`null`: it could not read the request) answers this request, whose client would
+/// otherwise wait for its answer on the stream forever.
+fn answering(message: String, id: Option<&str>) -> String {
+    let Some(id) = id else {
+        return message;
+    };
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(&message) else {
+        return message;
+    };
+    let Some(object) = value.as_object_mut() else {
+        return message;
+    };
+    if !object.contains_key("error") || !object.get("id").is_some_and(|v| v.is_null()) {
+        return message;
+    }
+    match serde_json::from_str(id) {
+        Ok(id) => {
+            object.insert("id".into(), id);
+            value.to_string()
+        }
+        Err(_) => message,
     }
 }
 
