@@ -315,11 +315,11 @@ fn sse_clients(url: &str) -> Vec<(&'static str, Value)> {
     vec![
         (
             "ts v1 HTTP+SSE",
-            ts_client(url, &["--sdk", "v1", "--transport", "sse"]),
+            ts_client(url, &["--sdk", "v1", "--transport", "sse", "--confirm"]),
         ),
         (
             "py HTTP+SSE",
-            py_client(url, &["--mode", "legacy", "--transport", "sse"]),
+            py_client(url, &["--mode", "legacy", "--transport", "sse", "--confirm"]),
         ),
     ]
 }
@@ -335,5 +335,12 @@ async fn http_sse_clients_reach_modern_only_servers_on_a_stream_the_edge_holds()
         .unwrap();
     for (what, out) in &runs {
         assert_bridged(what, out, &[&a, &b]);
+        // The server's elicitation (input_required) asked on the stream, answered by the
+        // client, the call retried with the answer.
+        let confirm = out["confirm"].as_str().unwrap_or_default();
+        assert!(
+            confirm == "s1:confirmed" || confirm == "s2:confirmed",
+            "{what}: confirm {out}"
+        );
     }
 }

@@ -842,8 +842,8 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
     let url = format!("http://127.0.0.1:{}/sse", lb.port);
     let runs = tokio::task::spawn_blocking(move || {
         vec![
-            ("ts v1", ts_client(&url, &["--sdk", "v1", "--transport", "sse"])),
-            ("py", py_client(&url, &["--mode", "legacy", "--transport", "sse"])),
+            ("ts v1", ts_client(&url, &["--sdk", "v1", "--transport", "sse", "--confirm"])),
+            ("py", py_client(&url, &["--mode", "legacy", "--transport", "sse", "--confirm"])),
         ]
     })
     .await
@@ -856,6 +856,11 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
         assert!(
             matches!(out["resource"].as_str(), Some("m1" | "m2")),
             "{what}: {out}"
+        );
+        // The server's elicitation asked on the stream, answered through any replica.
+        assert!(
+            matches!(out["confirm"].as_str(), Some("m1:confirmed" | "m2:confirmed")),
+            "{what}: confirm {out}"
         );
     }
     let sent: f64 = sent_by_each(&fleet).await.iter().sum();

@@ -62,8 +62,13 @@ fn invalid(detail: &str) -> EdgeError {
 }
 
 /// What an `initialize` declares: the revision (the client's when `legacy` has it, else the
-/// newest of `legacy`), the capabilities that bridge, `clientInfo`'s name, version and title.
-pub fn declare(params: Option<&RawValue>, legacy: &[&str]) -> Result<Declared, EdgeError> {
+/// newest of `legacy`), the capabilities that bridge (`askable`: the client can be asked for
+/// input, see [`client_capabilities`]), `clientInfo`'s name, version and title.
+pub fn declare(
+    params: Option<&RawValue>,
+    legacy: &[&str],
+    askable: bool,
+) -> Result<Declared, EdgeError> {
     let params: InitializeParams = match params {
         Some(p) if p.get().len() > MAX_INITIALIZE_PARAMS => {
             return Err(invalid("initialize params are too large to bridge"))
@@ -95,18 +100,26 @@ pub fn declare(params: Option<&RawValue>, legacy: &[&str]) -> Result<Declared, E
     kept.entry("version").or_insert_with(|| json!("0"));
     Ok(Declared {
         v: version,
-        c: client_capabilities(params.capabilities.as_ref()),
+        c: client_capabilities(params.capabilities.as_ref(), askable),
         i: Value::Object(kept),
     })
 }
 
-/// What a client declared that bridges: only `experimental`. A 2026-07-28 server reaches a
-/// client for sampling, elicitation or roots only with `input_required` results, which a
-/// legacy client cannot answer; extensions (tasks) would mint ids nobody seals.
-fn client_capabilities(declared: Option<&Value>) -> Value {
+/// What a client declared that bridges: `experimental`; and `elicitation`, `sampling` and
+/// `roots` when the client can be asked (`askable`: an HTTP+SSE client, whose stream the
+/// edge holds, gets a 2026-07-28 server's `input_required` questions as requests on it; a
+/// Streamable HTTP client's answer could not be matched to its question). Extensions
+/// (tasks) would mint ids nobody seals.
+fn client_capabilities(declared: Option<&Value>, askable: bool) -> Value {
     let mut caps = Map::new();
-    if let Some(e) = declared.and_then(|d| d.get("experimental")) {
-        caps.insert("experimental".into(), e.clone());
+    let bridged: &[&str] = match askable {
+        true => &["experimental", "elicitation", "sampling", "roots"],
+        false => &["experimental"],
+    };
+    for name in bridged {
+        if let Some(c) = declared.and_then(|d| d.get(*name)) {
+            caps.insert((*name).into(), c.clone());
+        }
     }
     Value::Object(caps)
 }
@@ -184,7 +197,9 @@ pub fn with_envelope(
 /// The answer in a legacy client's revision, or `None` when it needs no change.
 /// `initialize`: the revision an answered `initialize` negotiated (the answer is a
 /// `DiscoverResult` to turn into its `InitializeResult`).
-pub fn to_legacy(mut message: Value, initialize: Option<&str>) -> Option<Value> {
+/// `asks`: the client can be asked (see [`client_capabilities`]): an `input_required` result
+/// stays as it is, for the bridge to ask.
+pub fn to_legacy(mut message: Value, initialize: Option<&str>, asks: bool) -> Option<Value> {
     let result = message.get_mut("result")?.as_object_mut()?;
     if let Some(version) = initialize {
         if result.get("supportedVersions").is_some() {
@@ -208,6 +223,9 @@ pub fn to_legacy(mut message: Value, initialize: Option<&str>) -> Option<Value> 
         }
     }
     if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        if asks {
+            return None;
+        }
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": code::INTERNAL,
@@ -227,6 +245,8 @@ pub const MAX_CONVERTED: usize = 64 * 1024;
 /// [`to_legacy`] over an answer's messages (`initialize`: see there).
 pub struct ToLegacy {
     pub initialize: Option<String>,
+    /// The client can be asked for input (`input_required` passes as it is).
+    pub asks: bool,
 }
 
 impl Transform for ToLegacy {
@@ -237,11 +257,64 @@ impl Transform for ToLegacy {
     fn message(&mut self, data: &[u8]) -> Rewritten {
         serde_json::from_slice::<Value>(data)
             .ok()
-            .and_then(|m| to_legacy(m, self.initialize.as_deref()))
+            .and_then(|m| to_legacy(m, self.initialize.as_deref(), self.asks))
             .map_or(Rewritten::Same, |m| {
                 Rewritten::New(m.to_string().into_bytes())
             })
     }
+}
+
+/// What an `input_required` result asks of the client: each key's request (`method`,
+/// `params`), and the `requestState` the retry echoes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRequired {
+    pub requests: Vec<(String, Value)>,
+    pub state: Option<Value>,
+}
+
+/// The methods a 2026-07-28 server may ask a client in `inputRequests`.
+const ASKED: &[&str] = &["elicitation/create", "sampling/createMessage", "roots/list"];
+
+/// The questions of an `input_required` result (`None`: another message, or a question
+/// that is not a request a legacy client knows).
+pub fn input_required(message: &Value) -> Option<InputRequired> {
+    let result = message.get("result")?;
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return None;
+    }
+    let mut requests = Vec::new();
+    for (key, request) in result.get("inputRequests")?.as_object()? {
+        let method = request.get("method").and_then(Value::as_str)?;
+        if !ASKED.contains(&method) {
+            return None;
+        }
+        let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+        requests.push((key.clone(), json!({"method": method, "params": params})));
+    }
+    Some(InputRequired {
+        requests,
+        state: result.get("requestState").cloned(),
+    })
+}
+
+/// The retry of a request answered `input_required`: the request (`body`, as it was sent)
+/// with `params.inputResponses` and the `requestState` echoed; every other member as it was.
+pub fn with_input_responses(
+    body: &[u8],
+    responses: Map<String, Value>,
+    state: Option<Value>,
+) -> Result<Vec<u8>, EdgeError> {
+    let mut message: Value = serde_json::from_slice(body).map_err(|_| invalid("message"))?;
+    let params = message
+        .get_mut("params")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| invalid("params"))?;
+    params.insert("inputResponses".into(), Value::Object(responses));
+    match state {
+        Some(state) => params.insert("requestState".into(), state),
+        None => params.remove("requestState"),
+    };
+    serde_json::to_vec(&message).map_err(|_| invalid("message"))
 }
 
 /// A 2026-07-28 request as a process initialised in a 2025 revision takes it: without the

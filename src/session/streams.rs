@@ -4,6 +4,11 @@
 //! client's session token (with this replica as its owner, so other replicas hand the
 //! client's POSTs here), and holds what the client declared at `initialize`.
 //!
+//! A 2026-07-28 server asks a client for input (elicitation, sampling, roots) by answering
+//! `input_required`; the edge asks the client on its stream instead, with requests of its
+//! own ids, keeps the request until every answer came ([`Asked`]), and the POST carrying the
+//! last answer becomes the retry (see `proxy/stages/sse_bridge.rs`).
+//!
 //! A stream is an ordered queue of whole events; every answer is queued at once, never
 //! awaited: a client that lets [`QUEUE`] events pile up unread loses its stream (the queue
 //! is dropped, the stream ends once what was queued is written, and its later POSTs get 404).
@@ -13,12 +18,15 @@ use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use ring::rand::{SecureRandom, SystemRandom};
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::mcp::era::Declared;
 
 /// Events queued for one stream before it counts as not read.
 pub const QUEUE: usize = 256;
+/// Requests of one stream waiting for the client's answers to their questions.
+pub const MAX_ASKED: usize = 16;
 
 /// The streams held here, by id.
 #[derive(Default)]
@@ -29,6 +37,55 @@ pub struct Streams {
 struct Entry {
     events: mpsc::Sender<Bytes>,
     declared: Option<Declared>,
+    /// Requests waiting for answers, by number; the number of each question's id.
+    asked: HashMap<u64, Asked>,
+    questions: HashMap<String, u64>,
+    next: u64,
+}
+
+/// A request the server answered `input_required`, waiting for the client's answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asked {
+    /// The request's id (JSON text), as the client sent it: its answer's.
+    pub id: String,
+    pub method: String,
+    /// Its `Mcp-Name` subject.
+    pub name: Option<String>,
+    /// The request as it went to the member.
+    pub body: Bytes,
+    /// The `requestState` the retry echoes.
+    pub state: Option<Value>,
+    /// What the client answered, by the server's key.
+    pub answers: Map<String, Value>,
+    /// The keys not answered yet, by the id the edge asked with.
+    waiting: HashMap<String, String>,
+}
+
+impl Asked {
+    pub fn new(id: String, method: String, name: Option<String>, body: Bytes) -> Asked {
+        Asked {
+            id,
+            method,
+            name,
+            body,
+            state: None,
+            answers: Map::new(),
+            waiting: HashMap::new(),
+        }
+    }
+}
+
+/// What a client's answer to a question did.
+#[derive(Debug, PartialEq)]
+pub enum Answered {
+    /// No question on this stream has that id (asked elsewhere, answered already).
+    Unknown,
+    /// Recorded; other questions of the request wait.
+    Waiting,
+    /// The last answer: the request to retry with every answer.
+    Complete(Box<Asked>),
+    /// The client answered with an error (`Value`): the request cannot go on.
+    Refused(Box<Asked>, Value),
 }
 
 /// What the stream's holder reads (events in order) and, dropped, forgets the stream.
@@ -74,6 +131,9 @@ impl Streams {
         let entry = Entry {
             events: tx,
             declared: None,
+            asked: HashMap::new(),
+            questions: HashMap::new(),
+            next: 0,
         };
         held.insert(id, entry);
         Some(Opened { id, events: rx })
@@ -122,6 +182,76 @@ impl Streams {
         }
     }
 
+    /// Keep `asked` until the client answers `questions` (the server's key and its request,
+    /// `method` and `params`); the requests to send the client, with the edge's ids. `None`:
+    /// the stream is gone, or [`MAX_ASKED`] requests wait already.
+    pub fn ask(
+        &self,
+        stream: u64,
+        mut asked: Asked,
+        questions: Vec<(String, Value)>,
+        state: Option<Value>,
+    ) -> Option<Vec<Value>> {
+        let mut held = self.held.lock().ok()?;
+        let entry = held.get_mut(&stream)?;
+        if entry.asked.len() >= MAX_ASKED || questions.is_empty() {
+            return None;
+        }
+        let number = entry.next;
+        entry.next += 1;
+        let mut requests = Vec::with_capacity(questions.len());
+        for (i, (key, request)) in questions.into_iter().enumerate() {
+            let id = format!("mcp-edge-ask-{number}-{i}");
+            let mut message = json!({"jsonrpc": "2.0", "id": id});
+            if let (Some(m), Value::Object(r)) = (message.as_object_mut(), request) {
+                m.extend(r);
+            }
+            requests.push(message);
+            entry.questions.insert(id.clone(), number);
+            asked.waiting.insert(id, key);
+        }
+        asked.state = state;
+        entry.asked.insert(number, asked);
+        Some(requests)
+    }
+
+    /// The client's answer to question `id`: its result, or its error.
+    pub fn answer(&self, stream: u64, id: &str, answer: Result<Value, Value>) -> Answered {
+        let Ok(mut held) = self.held.lock() else {
+            return Answered::Unknown;
+        };
+        let Some(entry) = held.get_mut(&stream) else {
+            return Answered::Unknown;
+        };
+        let Some(number) = entry.questions.remove(id) else {
+            return Answered::Unknown;
+        };
+        let Some(asked) = entry.asked.get_mut(&number) else {
+            return Answered::Unknown;
+        };
+        let key = asked.waiting.remove(id).unwrap_or_default();
+        let error = match answer {
+            Ok(result) => {
+                asked.answers.insert(key, result);
+                if !asked.waiting.is_empty() {
+                    return Answered::Waiting;
+                }
+                None
+            }
+            Err(error) => Some(error),
+        };
+        let Some(asked) = entry.asked.remove(&number) else {
+            return Answered::Unknown;
+        };
+        for question in asked.waiting.keys() {
+            entry.questions.remove(question);
+        }
+        match error {
+            None => Answered::Complete(Box::new(asked)),
+            Some(error) => Answered::Refused(Box::new(asked), error),
+        }
+    }
+
     /// Streams held now.
     pub fn len(&self) -> usize {
         self.held.lock().map_or(0, |h| h.len())
@@ -163,6 +293,50 @@ mod tests {
         assert!(!streams.holds(id));
         assert_eq!(streams.send(id, Bytes::from_static(b"x")), Err(Lost::Gone));
         assert!(!streams.declare(id, declared()));
+    }
+
+    #[test]
+    fn a_request_waits_for_every_answer_once() {
+        let streams = get();
+        let opened = streams.open().unwrap();
+        let id = opened.id;
+        let asked = Asked::new("7".into(), "tools/call".into(), Some("c".into()), Bytes::from_static(b"{}"));
+        let questions = vec![
+            ("a".to_string(), json!({"method": "elicitation/create", "params": {"m": 1}})),
+            ("b".to_string(), json!({"method": "roots/list", "params": {}})),
+        ];
+        let requests = streams.ask(id, asked, questions, Some(json!("s"))).unwrap();
+        assert_eq!(
+            requests,
+            vec![
+                json!({"jsonrpc": "2.0", "id": "mcp-edge-ask-0-0", "method": "elicitation/create", "params": {"m": 1}}),
+                json!({"jsonrpc": "2.0", "id": "mcp-edge-ask-0-1", "method": "roots/list", "params": {}}),
+            ]
+        );
+        assert_eq!(streams.answer(id, "mcp-edge-ask-9-9", Ok(json!({}))), Answered::Unknown);
+        assert_eq!(streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({"action": "accept"}))), Answered::Waiting);
+        // The same answer again is not counted twice.
+        assert_eq!(streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({}))), Answered::Unknown);
+        let Answered::Complete(done) = streams.answer(id, "mcp-edge-ask-0-1", Ok(json!({"roots": []}))) else {
+            panic!("complete");
+        };
+        assert_eq!(done.id, "7");
+        assert_eq!(done.state, Some(json!("s")));
+        assert_eq!(done.answers.get("a"), Some(&json!({"action": "accept"})));
+        assert_eq!(done.answers.get("b"), Some(&json!({"roots": []})));
+        // An error ends the request and forgets its other questions.
+        let asked = Asked::new("8".into(), "tools/call".into(), None, Bytes::new());
+        let two = vec![("a".to_string(), json!({"method": "roots/list"})), ("b".to_string(), json!({"method": "roots/list"}))];
+        streams.ask(id, asked, two, None).unwrap();
+        assert!(matches!(streams.answer(id, "mcp-edge-ask-1-0", Err(json!({"code": 1}))), Answered::Refused(..)));
+        assert_eq!(streams.answer(id, "mcp-edge-ask-1-1", Ok(json!({}))), Answered::Unknown);
+        // At most MAX_ASKED wait.
+        for _ in 0..MAX_ASKED {
+            let asked = Asked::new("9".into(), "tools/call".into(), None, Bytes::new());
+            streams.ask(id, asked, vec![("k".into(), json!({"method": "roots/list"}))], None).unwrap();
+        }
+        let asked = Asked::new("9".into(), "tools/call".into(), None, Bytes::new());
+        assert_eq!(streams.ask(id, asked, vec![("k".into(), json!({"method": "roots/list"}))], None), None);
     }
 
     #[test]

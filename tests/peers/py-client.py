@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test peer: a Python `mcp` SDK client that runs a fixed script and prints ONE JSON line.
 
-    --url URL  [--mode auto|2026-07-28|legacy]  [--transport sse]  [--timeout S]
+    --url URL  [--mode auto|2026-07-28|legacy]  [--transport sse]  [--timeout S]  [--confirm]
     [--hang-ms N]  instead of the script: call `hang`, cancel it after N ms, print {"ok":true,"aborted":true}
     [--ca FILE]  trust this PEM CA (plus the system store) for https URLs
     [--http2]    offer HTTP/2 via ALPN (h2 package); HTTP/1.1 stays the fallback
@@ -34,6 +34,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--url", required=True)
 p.add_argument("--mode", default="auto", help="auto (default) | 2026-07-28 (pin) | legacy")
 p.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+p.add_argument("--confirm", action="store_true", help="call confirm in the legacy era too (a bridged client answering the server's elicitation)")
 p.add_argument("--timeout", type=float, default=30.0)
 p.add_argument("--hang-ms", type=int)
 p.add_argument("--ca", help="PEM CA bundle to trust (added to the system store)")
@@ -306,7 +307,7 @@ async def script(client: Client) -> dict:
     resource = (await client.read_resource("mem://info")).contents[0].text
     prompt = (await client.get_prompt("greet", {"name": "edge"})).messages[0].content.text
     confirm = None
-    if era == "modern" and "confirm" in tools:
+    if (era == "modern" or args.confirm) and "confirm" in tools:
         confirm = text_of(await client.call_tool("confirm", {}))
     switched = {}
     if args.bearer_after_list is not None:

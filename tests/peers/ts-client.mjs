@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Test peer: an official-TS-SDK MCP client that runs a fixed script and prints ONE JSON line.
-//   --url URL  --mode auto|pin|legacy  [--transport sse]  [--sdk v1]  [--timeout-ms N]
+//   --url URL  --mode auto|pin|legacy  [--transport sse]  [--sdk v1]  [--timeout-ms N]  [--confirm]
 //   [--hang-ms N]  instead of the script: call `hang`, abort it after N ms, print {"ok":true,"aborted":true}
 //   [--bearer TOKEN]  send `Authorization: Bearer TOKEN` on every HTTP request
 //   [--bearer-after-list TOKEN2]  after the listing step switch the same session to TOKEN2 (adds "sessionKept")
@@ -30,7 +30,8 @@ const { values: args } = parseArgs({
         'bearer-after-list': { type: 'string' },
         'policy-probe': { type: 'boolean', default: false },
         call: { type: 'string', multiple: true, default: [] },
-        'auth-flow': { type: 'boolean', default: false }
+        'auth-flow': { type: 'boolean', default: false },
+        confirm: { type: 'boolean', default: false }
     }
 });
 
@@ -258,7 +259,7 @@ async function main() {
     const resource = (await client.readResource({ uri: 'mem://info' })).contents[0]?.text ?? null;
     const prompt = (await client.getPrompt({ name: 'greet', arguments: { name: 'edge' } })).messages[0]?.content?.text ?? null;
     let confirm = null;
-    if (modern && tools.includes('confirm')) confirm = textOf(await client.callTool({ name: 'confirm', arguments: {} }));
+    if ((modern || args.confirm) && tools.includes('confirm')) confirm = textOf(await client.callTool({ name: 'confirm', arguments: {} }));
     const sessionAfter = sessionOf(transport);
     await client.close().catch(() => {});
     const switched = switchToken !== undefined

@@ -13,6 +13,7 @@ fn converting(sse: bool, initialize: Option<&str>) -> Rewrite {
     let mut r = Rewrite::new(sse);
     r.push(Box::new(ToLegacy {
         initialize: initialize.map(str::to_string),
+        asks: false,
     }));
     r
 }
@@ -79,8 +80,13 @@ fn the_envelope_is_written_into_the_params_and_nothing_else_changes() {
 fn capabilities_keep_what_bridges() {
     let client = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}, "experimental": {"x": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     assert_eq!(
-        client_capabilities(Some(&client)),
+        client_capabilities(Some(&client), false),
         json!({"experimental": {"x": {}}})
+    );
+    // A client the edge can ask (HTTP+SSE) keeps what it can be asked.
+    assert_eq!(
+        client_capabilities(Some(&client), true),
+        json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}, "experimental": {"x": {}}})
     );
     let server = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}, "logging": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     assert_eq!(
@@ -115,6 +121,13 @@ fn answers_come_back_in_the_legacy_shape() {
     let v: Value = serde_json::from_str(&run(&mut c, asked, 5)).unwrap();
     assert_eq!(v["id"], "x");
     assert_eq!(v["error"]["code"], -32603);
+    // A client that can be asked gets the questions from the bridge: the answer passes.
+    let mut c = Rewrite::new(false);
+    c.push(Box::new(ToLegacy {
+        initialize: None,
+        asks: true,
+    }));
+    assert_eq!(run(&mut c, asked, 5).as_bytes(), &asked[..]);
     // An answer needing no change keeps its bytes.
     let mut c = converting(false, None);
     let plain = r#"{"jsonrpc":"2.0", "id":1,"result":{"content":[]}}"#;
@@ -209,4 +222,33 @@ fn only_the_envelope_leaves_meta() {
     let twice = r#"{"id":1,"method":"tools/call","params":{"_meta":{},"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
     let msg = Message::parse(twice).unwrap();
     assert_eq!(strip_envelope(twice, msg.params), None);
+}
+
+#[test]
+fn input_required_questions_and_the_retry() {
+    let asked = json!({"jsonrpc": "2.0", "id": 4, "result": {"resultType": "input_required",
+        "inputRequests": {"confirm": {"method": "elicitation/create", "params": {"message": "ok?"}},
+                          "where": {"method": "roots/list"}},
+        "requestState": "s1"}});
+    let questions = input_required(&asked).unwrap();
+    assert_eq!(questions.state, Some(json!("s1")));
+    assert_eq!(
+        questions.requests,
+        vec![
+            ("confirm".to_string(), json!({"method": "elicitation/create", "params": {"message": "ok?"}})),
+            ("where".to_string(), json!({"method": "roots/list", "params": {}})),
+        ]
+    );
+    // Not a question a legacy client knows, or not input_required at all.
+    let odd = json!({"id": 1, "result": {"resultType": "input_required", "inputRequests": {"k": {"method": "tasks/get"}}}});
+    assert_eq!(input_required(&odd), None);
+    assert_eq!(input_required(&json!({"id": 1, "result": {}})), None);
+    let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"c","requestState":"old","_meta":{"a":1}}}"#;
+    let mut responses = Map::new();
+    responses.insert("confirm".into(), json!({"action": "accept"}));
+    let retry: Value = serde_json::from_slice(&with_input_responses(body, responses, Some(json!("s1"))).unwrap()).unwrap();
+    assert_eq!(
+        retry,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "c", "requestState": "s1", "_meta": {"a": 1}, "inputResponses": {"confirm": {"action": "accept"}}}})
+    );
 }

@@ -36,7 +36,8 @@ use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
-use crate::session::{self, streams, Kind, Sessions};
+use crate::session::streams::{self, Answered, Asked};
+use crate::session::{self, Kind, Sessions};
 
 /// A request forwarded as a 2026-07-28 one.
 #[derive(Debug)]
@@ -91,11 +92,42 @@ impl Stage for Bridge {
         };
         let id = request.message.as_ref().and_then(|m| m.id.clone());
         let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, client);
+        let stream = a.ctx.stages.sse_bridge.as_deref_mut();
         match bridged.map_err(|e| Rejection::with_id(e, id))? {
             Bridged::Answer(answer) => Ok(Flow::AnswerOnceAdmitted(answer)),
+            Bridged::Refused(id, answer) => {
+                if let Some(stream) = stream {
+                    stream.answers(id);
+                }
+                Ok(Flow::AnswerOnceAdmitted(answer))
+            }
             Bridged::Forward(state) => {
                 request.bridged = true;
+                if let (Some(stream), Some(id)) = (stream, &request.message) {
+                    if ASKING.contains(&state.method.as_str()) {
+                        let id = id.id.as_ref().map(ToString::to_string).unwrap_or_default();
+                        let sent = body.bytes().clone();
+                        let name = state.name.clone();
+                        stream.keep(Asked::new(id, state.method.clone(), name, sent));
+                    }
+                }
                 a.ctx.stages.bridge = Some(state);
+                Ok(Flow::Next)
+            }
+            Bridged::Retry(asked) => {
+                request.bridged = true;
+                let state = State {
+                    method: asked.method.clone(),
+                    name: asked.name.clone(),
+                    initialize: None,
+                };
+                if let Some(stream) = stream {
+                    stream.answers(asked.id.clone());
+                    let sent = body.bytes().clone();
+                    let again = Asked::new(asked.id.clone(), asked.method, asked.name, sent);
+                    stream.keep(again);
+                }
+                a.ctx.stages.bridge = Some(Box::new(state));
                 Ok(Flow::Next)
             }
         }
@@ -143,7 +175,10 @@ impl Stage for Bridge {
             _ => None,
         };
         if !ctx.response.encoded {
-            rewrite::add(head, ctx, edge, Box::new(ToLegacy { initialize }));
+            // An HTTP+SSE client can be asked for input (`sse_bridge.rs` asks it).
+            let asks = ctx.stages.sse_bridge.is_some();
+            let convert = ToLegacy { initialize, asks };
+            rewrite::add(head, ctx, edge, Box::new(convert));
         }
         Ok(())
     }
@@ -152,7 +187,15 @@ impl Stage for Bridge {
 enum Bridged {
     Answer(Answer),
     Forward(Box<State>),
+    /// The client's last answer to a server's questions: the request it answered goes again
+    /// with every answer (the POST's body is that request now).
+    Retry(Box<Asked>),
+    /// The client refused a server's question: the request it was for (its id) is answered.
+    Refused(String, Answer),
 }
+
+/// Methods whose answer may ask the client for input (`input_required`).
+const ASKING: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 
 /// The parts of a legacy message the bridge reads, borrowed from the body.
 #[derive(Deserialize)]
@@ -163,6 +206,10 @@ struct Message<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
 }
 
 fn invalid(detail: &str) -> EdgeError {
@@ -191,6 +238,9 @@ fn post(
     let method = message.method.as_deref();
     if let (Some("initialize"), Some(id)) = (method, message.id) {
         return initialize(sessions, route, id, message.params, body, client);
+    }
+    if let (None, Some(id), Client::Stream(stream)) = (method, message.id, client) {
+        return answered(stream, id, &message, body);
     }
     let declared = match client {
         Client::Session(credential) => open(sessions, route, req, credential)?,
@@ -232,6 +282,41 @@ fn post(
     }
 }
 
+/// An HTTP+SSE client's answer to a question the edge asked for a server (`input_required`):
+/// recorded; the last one makes the POST the request's retry. A refusal answers the request
+/// with an error; an answer to nothing the edge asked is accepted and dropped.
+fn answered(
+    stream: u64,
+    id: &RawValue,
+    message: &Message<'_>,
+    body: &mut Body,
+) -> Result<Bridged, EdgeError> {
+    let accepted = Ok(Bridged::Answer(Answer::empty(202)));
+    let Ok(question) = serde_json::from_str::<String>(id.get()) else {
+        return accepted;
+    };
+    let parse = |raw: &RawValue| serde_json::from_str(raw.get()).unwrap_or_default();
+    let answer = match (message.result, message.error) {
+        (Some(result), _) => Ok(parse(result)),
+        (None, Some(error)) => Err(parse(error)),
+        (None, None) => return accepted,
+    };
+    match streams::get().answer(stream, &question, answer) {
+        Answered::Unknown | Answered::Waiting => accepted,
+        Answered::Complete(asked) => {
+            let answers = asked.answers.clone();
+            body.replace(era::with_input_responses(&asked.body, answers, asked.state.clone())?);
+            Ok(Bridged::Retry(asked))
+        }
+        Answered::Refused(asked, error) => {
+            let said = error.get("message").and_then(|m| m.as_str()).unwrap_or("");
+            let message = format!("the client refused what the server asked ({said})");
+            let error = jsonrpc::error(&asked.id, code::INTERNAL, &message, None);
+            Ok(Bridged::Refused(asked.id, Answer::json(200, error)))
+        }
+    }
+}
+
 /// An `initialize`: what the client declares goes into the session id the bridge hands out;
 /// the member gets a `server/discover`.
 fn initialize(
@@ -249,7 +334,7 @@ fn initialize(
         .map(String::as_str)
         .filter(|v| crate::mcp::is_legacy_version(v))
         .collect();
-    let declared = era::declare(params, &legacy)?;
+    let declared = era::declare(params, &legacy, matches!(client, Client::Stream(_)))?;
     let session = match client {
         Client::Session(credential) => Some(seal(sessions, route, &declared, credential)?),
         Client::Stream(stream) => {

@@ -219,7 +219,7 @@ impl Answers<'_> {
 fn as_bridged(json: String) -> String {
     serde_json::from_str::<Value>(&json)
         .ok()
-        .and_then(|m| crate::mcp::era::to_legacy(m, None))
+        .and_then(|m| crate::mcp::era::to_legacy(m, None, false))
         .map_or(json, |m| m.to_string())
 }
 

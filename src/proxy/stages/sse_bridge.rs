@@ -28,13 +28,13 @@ use pingora::proxy::Session;
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::jsonrpc::code;
 use crate::mcp::media::{self, Media};
-use crate::mcp::{jsonrpc, sse};
+use crate::mcp::{era, jsonrpc, sse};
 use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{pipeline, Edge};
 use crate::runtime::{EndpointKind, Route};
-use crate::session::streams::{self, Opened};
+use crate::session::streams::{self, Asked, Opened};
 use crate::session::{self, Kind};
 
 /// A held stream's keep-alive comment, written when nothing else was for this long (it also
@@ -56,6 +56,11 @@ pub struct State {
     answered: bool,
     /// The client speaks HTTP/2 (no `Transfer-Encoding`).
     h2: bool,
+    /// The id (JSON text) of the request the answer is for (a retry's: the first request's).
+    id: Option<String>,
+    /// The request as it went to the member, kept while the member may ask the client for
+    /// input (`tools/call`, `prompts/get`, `resources/read`).
+    sent: Option<Asked>,
 }
 
 /// A stream the edge holds for a client, once the request is admitted.
@@ -94,6 +99,16 @@ impl Stage for SseBridge {
                     held: Vec::new(),
                     answered: false,
                     h2: a.session.is_http2(),
+                    // A request's (a posted response or notification has no answer).
+                    id: a
+                        .ctx
+                        .request
+                        .message
+                        .as_ref()
+                        .filter(|m| m.method.is_some())
+                        .and_then(|m| m.id.as_ref())
+                        .map(ToString::to_string),
+                    sent: None,
                 }));
                 Ok(Flow::Next)
             }
@@ -134,7 +149,6 @@ impl Stage for SseBridge {
     /// The member's answer, message by message (converted by the bridge's rewrite), onto
     /// the stream; nothing of it to the POST.
     fn response_body(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> pingora::Result<()> {
-        let id = ctx.request_id().map(ToString::to_string);
         let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
             return Ok(());
         };
@@ -147,19 +161,19 @@ impl Stage for SseBridge {
             }
             *chunk = Bytes::new();
         }
-        state.pass_on(end, id.as_deref());
+        state.pass_on(end);
         Ok(())
     }
 
     /// An answer of the edge's own (a bridged `ping`, an error, a hidden entry) goes to the
     /// stream too; a notification's `202` stays as it is.
     fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
-        let id = ctx.request_id().map(ToString::to_string);
         let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
             return Ok(());
         };
-        if let (Some(_), false) = (&id, body.is_empty()) {
-            state.send(&Bytes::from(sse::message_event(&one_line(body), "\n")));
+        if let (Some(id), false) = (state.id.clone(), body.is_empty()) {
+            let message = answering(one_line(body), Some(&id), true);
+            state.send(&Bytes::from(sse::message_event(&message, "\n")));
         }
         *body = Bytes::new();
         accepted(head)
@@ -167,12 +181,11 @@ impl Stage for SseBridge {
 
     /// A request that got no answer on its stream gets an error there.
     fn logging(_session: &Session, ctx: &mut Ctx) {
-        let id = ctx.request_id().map(ToString::to_string);
         let error = ctx.error.as_ref().map(|e| e.kind().as_str());
         let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
             return;
         };
-        if let (Some(id), false) = (id, state.answered) {
+        if let (Some(id), false) = (state.id.clone(), state.answered) {
             let why = match error {
                 Some(kind) => format!("the request failed at the edge ({kind}) before an answer came"),
                 None => "the server's answer ended before a message came".to_string(),
@@ -188,23 +201,33 @@ impl State {
         self.stream
     }
 
+    /// The request's id (JSON text) its answer goes with: a retry's is the first request's.
+    pub fn answers(&mut self, id: String) {
+        self.id = Some(id);
+    }
+
+    /// Keep the request as it goes to the member: the member may ask the client for input.
+    pub fn keep(&mut self, sent: Asked) {
+        self.sent = Some(sent);
+    }
+
     /// Whole messages of what is held go to the stream; at the end, what remains.
-    fn pass_on(&mut self, end: bool, id: Option<&str>) {
+    fn pass_on(&mut self, end: bool) {
         if self.media == Media::EventStream {
             while let Some(n) = sse::event_end(&self.held) {
                 let event: Vec<u8> = self.held.drain(..n).collect();
                 let text = String::from_utf8_lossy(&event);
                 if let Some(data) = sse::data(&sse::lines(&text)) {
                     if !data.trim().is_empty() {
-                        self.send(&Bytes::from(sse::message_event(&one_line(data.as_bytes()), "\n")));
+                        self.deliver(one_line(data.as_bytes()));
                     }
                 }
             }
         }
         if self.held.len() > MAX_MESSAGE_BYTES {
             self.held = Vec::new();
-            if let Some(id) = id {
-                self.send_error(id, "the server's answer is too large to bridge to an HTTP+SSE stream");
+            if let Some(id) = self.id.clone() {
+                self.send_error(&id, "the server's answer is too large to bridge to an HTTP+SSE stream");
             }
             self.media = Media::Other;
         }
@@ -213,15 +236,43 @@ impl State {
         }
         let rest = std::mem::take(&mut self.held);
         if self.media == Media::Json && rest.iter().any(|b| !b.is_ascii_whitespace()) {
-            let message = answering(one_line(&rest), id);
-            self.send(&Bytes::from(sse::message_event(&message, "\n")));
+            let message = answering(one_line(&rest), self.id.as_deref(), false);
+            self.deliver(message);
         }
-        if let (Some(id), false) = (id, self.answered) {
+        if let (Some(id), false) = (self.id.clone(), self.answered) {
             let why = format!(
                 "the server answered HTTP {} without a JSON-RPC message",
                 self.status
             );
-            self.send_error(id, &why);
+            self.send_error(&id, &why);
+        }
+    }
+
+    /// One message of the member's answer to the stream; a request for the client's input
+    /// (`input_required`) as the questions it asks.
+    fn deliver(&mut self, message: String) {
+        if message.contains("input_required") {
+            if let Ok(value) = serde_json::from_str::<serde_json::Value>(&message) {
+                if let Some(questions) = era::input_required(&value) {
+                    return self.ask(value, questions);
+                }
+            }
+        }
+        self.send(&Bytes::from(sse::message_event(&message, "\n")));
+    }
+
+    /// Ask the client the server's questions on its stream; the request waits for the
+    /// answers. A request that cannot wait gets the error a client that cannot be asked gets.
+    fn ask(&mut self, answer: serde_json::Value, questions: era::InputRequired) {
+        let asked = self.sent.take().and_then(|sent| {
+            streams::get().ask(self.stream, sent, questions.requests, questions.state)
+        });
+        let Some(requests) = asked else {
+            let error = era::to_legacy(answer.clone(), None, false).unwrap_or(answer);
+            return self.send(&Bytes::from(sse::message_event(&error.to_string(), "\n")));
+        };
+        for request in requests {
+            self.send(&Bytes::from(sse::message_event(&request.to_string(), "\n")));
         }
     }
 
@@ -241,8 +292,9 @@ impl State {
 
 /// A JSON answer as the answer to the request: an error the member gave without an id
 /// (`null`: it could not read the request) answers this request, whose client would
-/// otherwise wait for its answer on the stream forever.
-fn answering(message: String, id: Option<&str>) -> String {
+/// otherwise wait for its answer on the stream forever; so does an error of the edge's own
+/// (`any`) for a POST that carried the client's answer to a question (its retry failed).
+fn answering(message: String, id: Option<&str>, any: bool) -> String {
     let Some(id) = id else {
         return message;
     };
@@ -252,7 +304,8 @@ fn answering(message: String, id: Option<&str>) -> String {
     let Some(object) = value.as_object_mut() else {
         return message;
     };
-    if !object.contains_key("error") || !object.get("id").is_some_and(|v| v.is_null()) {
+    let null = object.get("id").is_none_or(|v| v.is_null());
+    if !object.contains_key("error") || !(null || any) {
         return message;
     }
     match serde_json::from_str(id) {
