@@ -319,7 +319,10 @@ fn sse_clients(url: &str) -> Vec<(&'static str, Value)> {
         ),
         (
             "py HTTP+SSE",
-            py_client(url, &["--mode", "legacy", "--transport", "sse", "--confirm"]),
+            py_client(
+                url,
+                &["--mode", "legacy", "--transport", "sse", "--confirm"],
+            ),
         ),
     ]
 }
@@ -343,4 +346,118 @@ async fn http_sse_clients_reach_modern_only_servers_on_a_stream_the_edge_holds()
             "{what}: confirm {out}"
         );
     }
+}
+
+/// The next JSON-RPC message on a held stream (`endpoint` events and comments skipped),
+/// within the deadline.
+async fn next_message(stream: &mut reqwest::Response, buf: &mut String) -> Value {
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .collect();
+            if event.starts_with("event: message") && !data.is_empty() {
+                return serde_json::from_str(&data.join("\n")).unwrap();
+            }
+        }
+        let chunk = tokio::time::timeout(PATIENCE, stream.chunk())
+            .await
+            .expect("an event within the deadline")
+            .unwrap()
+            .expect("the stream goes on");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// What an HTTP+SSE client meets at the edges of the bridge: the `endpoint` event (with the
+/// route's prefix), a request before `initialize` and an edge error answered on the stream
+/// with the request's id (the POST itself `202`), a token of another stream or none refused,
+/// and a POST once the stream closed: 404, so the client starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_gone() {
+    let a = ts_server("modern", "f1");
+    let config = format!("{}prefix = \"/team\"\n", sse_route(&[&a]));
+    let edge = start_edge(&config);
+    wait_learned(&edge).await;
+    let c = client();
+    let base = format!("http://127.0.0.1:{}", edge.port);
+    let mut stream = c.get(format!("{base}/team/sse")).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut buf = String::new();
+    while !buf.contains("\n\n") {
+        let chunk = stream.chunk().await.unwrap().expect("the endpoint event");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let end = buf.find("\n\n").unwrap();
+    let first: String = buf.drain(..end + 2).collect();
+    let endpoint = first
+        .strip_prefix("event: endpoint\ndata: ")
+        .and_then(|e| e.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    assert!(
+        endpoint.starts_with("/team/messages?sessionId="),
+        "{endpoint}"
+    );
+    let messages = format!("{base}{endpoint}");
+    let post = |url: String, body: Value| {
+        c.post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    // Before initialize: the error a server gives, on the stream.
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let r = post(messages.clone(), call.clone()).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let v = next_message(&mut stream, &mut buf).await;
+    assert_eq!(v["id"], 3, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("initialize"),
+        "{v}"
+    );
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    assert_eq!(post(messages.clone(), init).await.unwrap().status(), 202);
+    let v = next_message(&mut stream, &mut buf).await;
+    assert_eq!(v["id"], 1, "{v}");
+    assert_eq!(v["result"]["protocolVersion"], "2024-11-05", "{v}");
+    // No token, or one of no stream here: refused on the POST (the client starts over).
+    let bare = format!("{base}/team/messages");
+    assert_eq!(
+        post(bare.clone(), call.clone()).await.unwrap().status(),
+        400
+    );
+    let other = format!("{bare}?sessionId=AAAA");
+    assert_eq!(post(other, call.clone()).await.unwrap().status(), 404);
+    // The server gone: the edge's error answers the request on the stream, with its id.
+    drop(a);
+    let r = post(
+        messages.clone(),
+        json!({"jsonrpc": "2.0", "id": "x-7", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+    let v = next_message(&mut stream, &mut buf).await;
+    assert_eq!(v["id"], "x-7", "{v}");
+    assert!(v["error"]["code"].is_i64(), "{v}");
+    // The client closes its stream: the session is gone.
+    drop(stream);
+    wait_until(PATIENCE, "a POST to a closed stream is 404", async || {
+        post(messages.clone(), call.clone())
+            .await
+            .is_ok_and(|r| r.status() == 404)
+    })
+    .await;
 }

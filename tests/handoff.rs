@@ -2,7 +2,8 @@
 //! with `handoff_listen`) behind HAProxy from Debian (per-request round-robin), with stdio
 //! pools of the official TypeScript SDK server. State written through one replica is read
 //! through the others: legacy sessions (`per_session`), a caller's process
-//! (`per_principal`, both eras); an elicitation answered through the session's stream.
+//! (`per_principal`, both eras); an elicitation answered through the session's stream;
+//! HTTP+SSE clients bridged to 2026-07-28 servers, posting through every replica.
 //! Then the hand-off listener's door (unsigned, forged, replayed, altered: refused, counted,
 //! never served) and the faults (the owner killed: its sessions 404, the others go on; the
 //! owner stalled: 504, never 404).
@@ -833,8 +834,18 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
     let fleet = start_fleet_with(3, 3, None, 1_000, &bridged).await;
     for r in &fleet.replicas {
         wait_until(PATIENCE, "both servers are healthy", async || {
-            r.metric(&format!("mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}", a.addr)).await == 1.0
-                && r.metric(&format!("mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}", b.addr)).await == 1.0
+            r.metric(&format!(
+                "mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}",
+                a.addr
+            ))
+            .await
+                == 1.0
+                && r.metric(&format!(
+                    "mcp_edge_member_healthy{{member=\"{}\",pool=\"modern\"}}",
+                    b.addr
+                ))
+                .await
+                    == 1.0
         })
         .await;
     }
@@ -842,8 +853,17 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
     let url = format!("http://127.0.0.1:{}/sse", lb.port);
     let runs = tokio::task::spawn_blocking(move || {
         vec![
-            ("ts v1", ts_client(&url, &["--sdk", "v1", "--transport", "sse", "--confirm"])),
-            ("py", py_client(&url, &["--mode", "legacy", "--transport", "sse", "--confirm"])),
+            (
+                "ts v1",
+                ts_client(&url, &["--sdk", "v1", "--transport", "sse", "--confirm"]),
+            ),
+            (
+                "py",
+                py_client(
+                    &url,
+                    &["--mode", "legacy", "--transport", "sse", "--confirm"],
+                ),
+            ),
         ]
     })
     .await
@@ -859,7 +879,10 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
         );
         // The server's elicitation asked on the stream, answered through any replica.
         assert!(
-            matches!(out["confirm"].as_str(), Some("m1:confirmed" | "m2:confirmed")),
+            matches!(
+                out["confirm"].as_str(),
+                Some("m1:confirmed" | "m2:confirmed")
+            ),
             "{what}: confirm {out}"
         );
     }
@@ -867,9 +890,14 @@ async fn http_sse_clients_bridged_to_modern_servers_post_through_every_replica()
     let received: f64 = {
         let mut all = 0.0;
         for r in &fleet.replicas {
-            all += r.metric("mcp_edge_handoffs_total{outcome=\"received\"}").await;
+            all += r
+                .metric("mcp_edge_handoffs_total{outcome=\"received\"}")
+                .await;
         }
         all
     };
-    assert!(sent >= 2.0 && received == sent, "POSTs handed to the stream's replica: sent {sent}, received {received}");
+    assert!(
+        sent >= 2.0 && received == sent,
+        "POSTs handed to the stream's replica: sent {sent}, received {received}"
+    );
 }

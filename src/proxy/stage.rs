@@ -84,7 +84,11 @@ pub trait Stage {
 
     /// The head and body of an answer the edge writes itself (an error, a bridged or hidden
     /// entry's answer, a metadata document); a stage may take the body (the head then says so).
-    fn answer(_head: &mut ResponseHeader, _body: &mut Bytes, _ctx: &mut Ctx) -> pingora::Result<()> {
+    fn answer(
+        _head: &mut ResponseHeader,
+        _body: &mut Bytes,
+        _ctx: &mut Ctx,
+    ) -> pingora::Result<()> {
         Ok(())
     }
 

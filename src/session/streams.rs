@@ -300,10 +300,21 @@ mod tests {
         let streams = get();
         let opened = streams.open().unwrap();
         let id = opened.id;
-        let asked = Asked::new("7".into(), "tools/call".into(), Some("c".into()), Bytes::from_static(b"{}"));
+        let asked = Asked::new(
+            "7".into(),
+            "tools/call".into(),
+            Some("c".into()),
+            Bytes::from_static(b"{}"),
+        );
         let questions = vec![
-            ("a".to_string(), json!({"method": "elicitation/create", "params": {"m": 1}})),
-            ("b".to_string(), json!({"method": "roots/list", "params": {}})),
+            (
+                "a".to_string(),
+                json!({"method": "elicitation/create", "params": {"m": 1}}),
+            ),
+            (
+                "b".to_string(),
+                json!({"method": "roots/list", "params": {}}),
+            ),
         ];
         let requests = streams.ask(id, asked, questions, Some(json!("s"))).unwrap();
         assert_eq!(
@@ -313,30 +324,72 @@ mod tests {
                 json!({"jsonrpc": "2.0", "id": "mcp-edge-ask-0-1", "method": "roots/list", "params": {}}),
             ]
         );
-        assert_eq!(streams.answer(id, "mcp-edge-ask-9-9", Ok(json!({}))), Answered::Unknown);
-        assert_eq!(streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({"action": "accept"}))), Answered::Waiting);
+        assert_eq!(
+            streams.answer(id, "mcp-edge-ask-9-9", Ok(json!({}))),
+            Answered::Unknown
+        );
+        assert_eq!(
+            streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({"action": "accept"}))),
+            Answered::Waiting
+        );
         // The same answer again is not counted twice.
-        assert_eq!(streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({}))), Answered::Unknown);
-        let Answered::Complete(done) = streams.answer(id, "mcp-edge-ask-0-1", Ok(json!({"roots": []}))) else {
+        assert_eq!(
+            streams.answer(id, "mcp-edge-ask-0-0", Ok(json!({}))),
+            Answered::Unknown
+        );
+        let Answered::Complete(done) =
+            streams.answer(id, "mcp-edge-ask-0-1", Ok(json!({"roots": []})))
+        else {
             panic!("complete");
         };
         assert_eq!(done.id, "7");
         assert_eq!(done.state, Some(json!("s")));
         assert_eq!(done.answers.get("a"), Some(&json!({"action": "accept"})));
         assert_eq!(done.answers.get("b"), Some(&json!({"roots": []})));
+    }
+
+    #[test]
+    fn an_error_ends_a_request_and_few_requests_wait() {
+        let streams = get();
+        let opened = streams.open().unwrap();
+        let id = opened.id;
         // An error ends the request and forgets its other questions.
         let asked = Asked::new("8".into(), "tools/call".into(), None, Bytes::new());
-        let two = vec![("a".to_string(), json!({"method": "roots/list"})), ("b".to_string(), json!({"method": "roots/list"}))];
+        let two = vec![
+            ("a".to_string(), json!({"method": "roots/list"})),
+            ("b".to_string(), json!({"method": "roots/list"})),
+        ];
         streams.ask(id, asked, two, None).unwrap();
-        assert!(matches!(streams.answer(id, "mcp-edge-ask-1-0", Err(json!({"code": 1}))), Answered::Refused(..)));
-        assert_eq!(streams.answer(id, "mcp-edge-ask-1-1", Ok(json!({}))), Answered::Unknown);
+        assert!(matches!(
+            streams.answer(id, "mcp-edge-ask-0-0", Err(json!({"code": 1}))),
+            Answered::Refused(..)
+        ));
+        assert_eq!(
+            streams.answer(id, "mcp-edge-ask-0-1", Ok(json!({}))),
+            Answered::Unknown
+        );
         // At most MAX_ASKED wait.
         for _ in 0..MAX_ASKED {
             let asked = Asked::new("9".into(), "tools/call".into(), None, Bytes::new());
-            streams.ask(id, asked, vec![("k".into(), json!({"method": "roots/list"}))], None).unwrap();
+            streams
+                .ask(
+                    id,
+                    asked,
+                    vec![("k".into(), json!({"method": "roots/list"}))],
+                    None,
+                )
+                .unwrap();
         }
         let asked = Asked::new("9".into(), "tools/call".into(), None, Bytes::new());
-        assert_eq!(streams.ask(id, asked, vec![("k".into(), json!({"method": "roots/list"}))], None), None);
+        assert_eq!(
+            streams.ask(
+                id,
+                asked,
+                vec![("k".into(), json!({"method": "roots/list"}))],
+                None
+            ),
+            None
+        );
     }
 
     #[test]
@@ -347,11 +400,17 @@ mod tests {
         for i in 0..QUEUE {
             streams.send(id, Bytes::from(i.to_string())).unwrap();
         }
-        assert_eq!(streams.send(id, Bytes::from_static(b"over")), Err(Lost::Unread));
+        assert_eq!(
+            streams.send(id, Bytes::from_static(b"over")),
+            Err(Lost::Unread)
+        );
         assert!(!streams.holds(id));
         // What was queued is still written, in order; then the stream ends.
         for i in 0..QUEUE {
-            assert_eq!(opened.events.try_recv().unwrap(), Bytes::from(i.to_string()));
+            assert_eq!(
+                opened.events.try_recv().unwrap(),
+                Bytes::from(i.to_string())
+            );
         }
         assert!(matches!(
             opened.events.try_recv(),

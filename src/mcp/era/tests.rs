@@ -235,8 +235,14 @@ fn input_required_questions_and_the_retry() {
     assert_eq!(
         questions.requests,
         vec![
-            ("confirm".to_string(), json!({"method": "elicitation/create", "params": {"message": "ok?"}})),
-            ("where".to_string(), json!({"method": "roots/list", "params": {}})),
+            (
+                "confirm".to_string(),
+                json!({"method": "elicitation/create", "params": {"message": "ok?"}})
+            ),
+            (
+                "where".to_string(),
+                json!({"method": "roots/list", "params": {}})
+            ),
         ]
     );
     // Not a question a legacy client knows, or not input_required at all.
@@ -246,7 +252,9 @@ fn input_required_questions_and_the_retry() {
     let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"c","requestState":"old","_meta":{"a":1}}}"#;
     let mut responses = Map::new();
     responses.insert("confirm".into(), json!({"action": "accept"}));
-    let retry: Value = serde_json::from_slice(&with_input_responses(body, responses, Some(json!("s1"))).unwrap()).unwrap();
+    let retry: Value =
+        serde_json::from_slice(&with_input_responses(body, responses, Some(json!("s1"))).unwrap())
+            .unwrap();
     assert_eq!(
         retry,
         json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "c", "requestState": "s1", "_meta": {"a": 1}, "inputResponses": {"confirm": {"action": "accept"}}}})

@@ -15,8 +15,12 @@
 //! - Answers come back in the client's revision; a JSON-RPC error a member answers with 400
 //!   or 404 reaches the client with 200, as legacy servers answer errors.
 //!
+//! - HTTP+SSE clients (`sse_bridge.rs` holds their streams): what the client declared is
+//!   kept with its stream; its answer to a server's question (`input_required`, asked on the
+//!   stream) is recorded, and the last one makes the POST the question's request again.
+//!
 //! What does not bridge: see [`crate::mcp::era`]; also `resources/subscribe` (answered
-//! -32601), cancellation, batches, and HTTP+SSE clients.
+//! -32601), cancellation, batches.
 
 use std::borrow::Cow;
 
@@ -76,7 +80,10 @@ impl Stage for Bridge {
             return Ok(Flow::Next);
         };
         let bridged = endpoint.route.bridge
-            && matches!(endpoint.kind, EndpointKind::Streamable | EndpointKind::Messages)
+            && matches!(
+                endpoint.kind,
+                EndpointKind::Streamable | EndpointKind::Messages
+            )
             && request.era == Some(Era::Legacy);
         if !bridged {
             return Ok(Flow::Next);
@@ -93,44 +100,31 @@ impl Stage for Bridge {
         let id = request.message.as_ref().and_then(|m| m.id.clone());
         let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, client);
         let stream = a.ctx.stages.sse_bridge.as_deref_mut();
-        match bridged.map_err(|e| Rejection::with_id(e, id))? {
-            Bridged::Answer(answer) => Ok(Flow::AnswerOnceAdmitted(answer)),
+        let (state, retry_of) = match bridged.map_err(|e| Rejection::with_id(e, id.clone()))? {
+            Bridged::Answer(answer) => return Ok(Flow::AnswerOnceAdmitted(answer)),
             Bridged::Refused(id, answer) => {
                 if let Some(stream) = stream {
                     stream.answers(id);
                 }
-                Ok(Flow::AnswerOnceAdmitted(answer))
+                return Ok(Flow::AnswerOnceAdmitted(answer));
             }
-            Bridged::Forward(state) => {
-                request.bridged = true;
-                if let (Some(stream), Some(id)) = (stream, &request.message) {
-                    if ASKING.contains(&state.method.as_str()) {
-                        let id = id.id.as_ref().map(ToString::to_string).unwrap_or_default();
-                        let sent = body.bytes().clone();
-                        let name = state.name.clone();
-                        stream.keep(Asked::new(id, state.method.clone(), name, sent));
-                    }
-                }
-                a.ctx.stages.bridge = Some(state);
-                Ok(Flow::Next)
-            }
+            Bridged::Forward(state) => (state, None),
             Bridged::Retry(asked) => {
-                request.bridged = true;
                 let state = State {
-                    method: asked.method.clone(),
-                    name: asked.name.clone(),
+                    method: asked.method,
+                    name: asked.name,
                     initialize: None,
                 };
-                if let Some(stream) = stream {
-                    stream.answers(asked.id.clone());
-                    let sent = body.bytes().clone();
-                    let again = Asked::new(asked.id.clone(), asked.method, asked.name, sent);
-                    stream.keep(again);
-                }
-                a.ctx.stages.bridge = Some(Box::new(state));
-                Ok(Flow::Next)
+                (Box::new(state), Some(asked.id))
             }
+        };
+        request.bridged = true;
+        if let Some(stream) = stream {
+            let id = id.as_ref().map(ToString::to_string);
+            remember(stream, &state, retry_of, id, body);
         }
+        a.ctx.stages.bridge = Some(state);
+        Ok(Flow::Next)
     }
 
     /// The 2026-07-28 headers, no session, plain bytes (the answer is converted).
@@ -282,6 +276,27 @@ fn post(
     }
 }
 
+/// An HTTP+SSE client's request as it goes to the member, kept while the member may ask the
+/// client for input; a retry's answer goes with the first request's id (`retry_of`).
+fn remember(
+    stream: &mut super::sse_bridge::State,
+    state: &State,
+    retry_of: Option<String>,
+    id: Option<String>,
+    body: &Body,
+) {
+    if let Some(first) = &retry_of {
+        stream.answers(first.clone());
+    }
+    let Some(id) = retry_of.or(id) else {
+        return;
+    };
+    if ASKING.contains(&state.method.as_str()) {
+        let (method, name) = (state.method.clone(), state.name.clone());
+        stream.keep(Asked::new(id, method, name, body.bytes().clone()));
+    }
+}
+
 /// An HTTP+SSE client's answer to a question the edge asked for a server (`input_required`):
 /// recorded; the last one makes the POST the request's retry. A refusal answers the request
 /// with an error; an answer to nothing the edge asked is accepted and dropped.
@@ -305,7 +320,11 @@ fn answered(
         Answered::Unknown | Answered::Waiting => accepted,
         Answered::Complete(asked) => {
             let answers = asked.answers.clone();
-            body.replace(era::with_input_responses(&asked.body, answers, asked.state.clone())?);
+            body.replace(era::with_input_responses(
+                &asked.body,
+                answers,
+                asked.state.clone(),
+            )?);
             Ok(Bridged::Retry(asked))
         }
         Answered::Refused(asked, error) => {

@@ -10,7 +10,8 @@
 //!   stdio pool (whose state lives inside a replica): a legacy request whose token names
 //!   another live replica goes there, one naming a replica that is gone gets the 404 of a
 //!   member that left; a `per_principal` pool's request goes to the replica rendezvous
-//!   hashing picks for the caller. The request is pinned to that replica
+//!   hashing picks for the caller. On a bridged route, an HTTP+SSE client's POST goes to the
+//!   replica holding its stream (`sse_bridge.rs`), named in its token the same way. The request is pinned to that replica
 //!   (`ctx.request.pinned`) and the stages after this one run there, not here.
 //! - Out (the relay, `proxy/pipeline.rs`): the request as the client sent it, signed; the
 //!   answer, event streams included, comes back as the owner wrote it. Never sent twice
@@ -258,8 +259,7 @@ fn session_owner(a: &Admission<'_>) -> Option<(crate::session::Owner, u64)> {
     let token = super::legacy::token_of(a.session.req_header(), endpoint).ok()??;
     let sessions = a.ctx.snapshot.sessions.as_deref()?;
     let max_age = sessions.max_age_secs;
-    let claims =
-        session::open_for(sessions, token, kind, max_age, &pool.name, Caller::Any).ok()?;
+    let claims = session::open_for(sessions, token, kind, max_age, &pool.name, Caller::Any).ok()?;
     Some((claims.owner?, claims.issued_at))
 }
 

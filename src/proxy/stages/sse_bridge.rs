@@ -123,7 +123,10 @@ impl Stage for SseBridge {
             return Ok(());
         }
         let route = o.ctx.endpoint()?.route.clone();
-        let path = route.name.strip_prefix(route.prefix.as_str()).unwrap_or(&route.name);
+        let path = route
+            .name
+            .strip_prefix(route.prefix.as_str())
+            .unwrap_or(&route.name);
         super::route::set_target(o.head, path)
     }
 
@@ -187,7 +190,9 @@ impl Stage for SseBridge {
         };
         if let (Some(id), false) = (state.id.clone(), state.answered) {
             let why = match error {
-                Some(kind) => format!("the request failed at the edge ({kind}) before an answer came"),
+                Some(kind) => {
+                    format!("the request failed at the edge ({kind}) before an answer came")
+                }
                 None => "the server's answer ended before a message came".to_string(),
             };
             state.send_error(&id, &why);
@@ -227,7 +232,10 @@ impl State {
         if self.held.len() > MAX_MESSAGE_BYTES {
             self.held = Vec::new();
             if let Some(id) = self.id.clone() {
-                self.send_error(&id, "the server's answer is too large to bridge to an HTTP+SSE stream");
+                self.send_error(
+                    &id,
+                    "the server's answer is too large to bridge to an HTTP+SSE stream",
+                );
             }
             self.media = Media::Other;
         }
@@ -343,9 +351,14 @@ fn one_line(message: &[u8]) -> String {
 
 /// A new stream for the client, and the token naming it.
 fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
-    let sessions = a.ctx.snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
-        detail: "bridging needs the session key ring".into(),
-    })?;
+    let sessions = a
+        .ctx
+        .snapshot
+        .sessions
+        .as_deref()
+        .ok_or(EdgeError::Internal {
+            detail: "bridging needs the session key ring".into(),
+        })?;
     let messages = route.messages_path.as_deref().ok_or(EdgeError::Internal {
         detail: "a bridged HTTP+SSE route needs messages_path".into(),
     })?;
@@ -364,7 +377,10 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
     let token = session::seal_session(sessions, Kind::Stream, held, credential)?;
     metrics::get().token(TokenOp::Sealed);
     metrics::get().bridged_stream(BridgedStream::Opened);
-    let param = route.session_params.first().map_or("sessionId", String::as_str);
+    let param = route
+        .session_params
+        .first()
+        .map_or("sessionId", String::as_str);
     Ok(Held {
         opened,
         endpoint: format!("{messages}?{param}={token}"),
@@ -373,21 +389,26 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
 
 /// The stream a POST's token names, held here.
 fn stream_of(a: &Admission<'_>, route: &Route) -> Result<u64, EdgeError> {
-    let sessions = a.ctx.snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
-        detail: "bridging needs the session key ring".into(),
-    })?;
+    let sessions = a
+        .ctx
+        .snapshot
+        .sessions
+        .as_deref()
+        .ok_or(EdgeError::Internal {
+            detail: "bridging needs the session key ring".into(),
+        })?;
     let endpoint = a.ctx.request.endpoint.as_ref().ok_or(EdgeError::Internal {
         detail: "no endpoint".into(),
     })?;
     let req = a.session.req_header();
     let token = super::legacy::token_of(req, endpoint)?.ok_or(EdgeError::SessionMissing)?;
     let credential = session::binding(req, a.ctx.request.principal.as_deref());
-    let claims = session::open_session(sessions, &route.pool.name, token, credential, Kind::Stream)?;
-    let id = u64::from_str_radix(&claims.upstream_id, 16).map_err(|_| {
-        EdgeError::SessionUnknown {
+    let claims =
+        session::open_session(sessions, &route.pool.name, token, credential, Kind::Stream)?;
+    let id =
+        u64::from_str_radix(&claims.upstream_id, 16).map_err(|_| EdgeError::SessionUnknown {
             reason: "malformed",
-        }
-    })?;
+        })?;
     if !streams::get().holds(id) {
         metrics::get().token_failure(metrics::TokenFailure::MemberGone);
         return Err(EdgeError::SessionUnknown {
@@ -416,8 +437,14 @@ pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<H
         .downstream_session
         .set_write_timeout(Some(ctx.snapshot.timeouts.stream_idle));
     let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
-    if session.write_response_header(Box::new(head), false).await.is_err()
-        || session.write_response_body(Some(first), false).await.is_err()
+    if session
+        .write_response_header(Box::new(head), false)
+        .await
+        .is_err()
+        || session
+            .write_response_body(Some(first), false)
+            .await
+            .is_err()
     {
         return;
     }
@@ -440,7 +467,11 @@ pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<H
             // Let go (not read) or the client or the edge is going.
             Next::Event(None) | Next::Gone => break,
         };
-        if session.write_response_body(Some(bytes), false).await.is_err() {
+        if session
+            .write_response_body(Some(bytes), false)
+            .await
+            .is_err()
+        {
             ctx.client_closed = true;
             return;
         }
