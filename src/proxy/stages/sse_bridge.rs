@@ -437,6 +437,8 @@ pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<H
         .downstream_session
         .set_write_timeout(Some(ctx.snapshot.timeouts.stream_idle));
     let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
+    // Counted with the event streams members hold open (`mcp_edge_active_sse_streams`).
+    let _open = OpenStream::count(ctx.labels.era);
     if session
         .write_response_header(Box::new(head), false)
         .await
@@ -477,6 +479,22 @@ pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<H
         }
     }
     let _ = session.write_response_body(None, true).await;
+}
+
+/// A held stream in `mcp_edge_active_sse_streams` while it is open.
+struct OpenStream(crate::metrics::EraLabel);
+
+impl OpenStream {
+    fn count(era: crate::metrics::EraLabel) -> OpenStream {
+        metrics::get().sse_streams(era, 1);
+        OpenStream(era)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics::get().sse_streams(self.0, -1);
+    }
 }
 
 fn stream_head(session: &Session) -> pingora::Result<ResponseHeader> {
