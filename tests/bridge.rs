@@ -378,7 +378,11 @@ async fn next_message(stream: &mut reqwest::Response, buf: &mut String) -> Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_gone() {
     let a = ts_server("modern", "f1");
-    let config = format!("{}prefix = \"/team\"\n", sse_route(&[&a]));
+    // A policy: only `echo` is seen and called.
+    let config = format!(
+        "{}prefix = \"/team\"\n[[routes.policy]]\ntools = [\"echo\"]\nprompts = [\"*\"]\nresources = [\"mem://\"]\n",
+        sse_route(&[&a])
+    );
     let edge = start_edge(&config);
     wait_learned(&edge).await;
     let c = client();
@@ -432,6 +436,24 @@ async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_
     let v = next_message(&mut stream, &mut buf).await;
     assert_eq!(v["id"], 1, "{v}");
     assert_eq!(v["result"]["protocolVersion"], "2024-11-05", "{v}");
+    // The policy holds on the stream: the list filtered, a hidden tool answered as absent.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    assert_eq!(post(messages.clone(), list).await.unwrap().status(), 202);
+    let v = next_message(&mut stream, &mut buf).await;
+    assert_eq!(v["id"], 2, "{v}");
+    let tools: Vec<&str> = v["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(tools, ["echo"], "{v}");
+    let hidden = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "slow", "arguments": {"steps": 1}}});
+    assert_eq!(post(messages.clone(), hidden).await.unwrap().status(), 202);
+    let v = next_message(&mut stream, &mut buf).await;
+    assert_eq!(v["id"], 4, "{v}");
+    assert!(
+        v["error"].is_object() || v["result"]["isError"] == true,
+        "answered as absent: {v}"
+    );
     // No token, or one of no stream here: refused on the POST (the client starts over).
     let bare = format!("{base}/team/messages");
     assert_eq!(

@@ -10,11 +10,13 @@
 //! last answer becomes the retry (see `proxy/stages/sse_bridge.rs`).
 //!
 //! A stream is an ordered queue of whole events; every answer is queued at once, never
-//! awaited: a client that lets [`QUEUE`] events pile up unread loses its stream (the queue
-//! is dropped, the stream ends once what was queued is written, and its later POSTs get 404).
+//! awaited: a client that lets [`QUEUE`] events or [`MAX_QUEUED_BYTES`] pile up unread loses
+//! its stream (the queue is dropped, the stream ends once what was queued is written, and its
+//! later POSTs get 404).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -25,6 +27,8 @@ use crate::mcp::era::Declared;
 
 /// Events queued for one stream before it counts as not read.
 pub const QUEUE: usize = 256;
+/// Bytes queued for one stream before it counts as not read.
+pub const MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
 /// Requests of one stream waiting for the client's answers to their questions.
 pub const MAX_ASKED: usize = 16;
 
@@ -36,6 +40,8 @@ pub struct Streams {
 
 struct Entry {
     events: mpsc::Sender<Bytes>,
+    /// The bytes queued and not yet taken by the stream's holder.
+    queued: Arc<AtomicUsize>,
     declared: Option<Declared>,
     /// Requests waiting for answers, by number; the number of each question's id.
     asked: HashMap<u64, Asked>,
@@ -92,6 +98,14 @@ pub enum Answered {
 pub struct Opened {
     pub id: u64,
     pub events: mpsc::Receiver<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Opened {
+    /// An event of `len` bytes was taken from the queue.
+    pub fn taken(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::AcqRel);
+    }
 }
 
 impl Drop for Opened {
@@ -128,15 +142,21 @@ impl Streams {
                 break id;
             }
         };
+        let queued = Arc::new(AtomicUsize::new(0));
         let entry = Entry {
             events: tx,
+            queued: queued.clone(),
             declared: None,
             asked: HashMap::new(),
             questions: HashMap::new(),
             next: 0,
         };
         held.insert(id, entry);
-        Some(Opened { id, events: rx })
+        Some(Opened {
+            id,
+            events: rx,
+            queued,
+        })
     }
 
     /// Is stream `id` held here?
@@ -169,6 +189,12 @@ impl Streams {
     pub fn send(&self, id: u64, event: Bytes) -> Result<(), Lost> {
         let mut held = self.held.lock().map_err(|_| Lost::Gone)?;
         let entry = held.get(&id).ok_or(Lost::Gone)?;
+        let len = event.len();
+        if entry.queued.load(Ordering::Acquire) + len > MAX_QUEUED_BYTES {
+            held.remove(&id);
+            return Err(Lost::Unread);
+        }
+        entry.queued.fetch_add(len, Ordering::AcqRel);
         match entry.events.try_send(event) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -293,6 +319,24 @@ mod tests {
         assert!(!streams.holds(id));
         assert_eq!(streams.send(id, Bytes::from_static(b"x")), Err(Lost::Gone));
         assert!(!streams.declare(id, declared()));
+    }
+
+    #[test]
+    fn a_stream_holding_too_many_bytes_unread_is_let_go() {
+        let streams = get();
+        let opened = streams.open().unwrap();
+        let id = opened.id;
+        let big = Bytes::from(vec![b'x'; MAX_QUEUED_BYTES / 2]);
+        streams.send(id, big.clone()).unwrap();
+        // Taken by the holder: room again.
+        opened.taken(big.len());
+        streams.send(id, big.clone()).unwrap();
+        streams.send(id, big.clone()).unwrap();
+        assert_eq!(
+            streams.send(id, Bytes::from_static(b"x")),
+            Err(Lost::Unread)
+        );
+        assert!(!streams.holds(id));
     }
 
     #[test]

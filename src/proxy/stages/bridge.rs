@@ -212,6 +212,13 @@ fn invalid(detail: &str) -> EdgeError {
     }
 }
 
+/// The session key ring bridging seals with.
+pub(super) fn ring(snapshot: &crate::runtime::Runtime) -> Result<&Sessions, EdgeError> {
+    snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
+        detail: "bridging needs the session key ring".into(),
+    })
+}
+
 /// A legacy POST on a bridged route.
 fn post(
     req: &RequestHeader,
@@ -220,9 +227,7 @@ fn post(
     body: &mut Body,
     client: Client,
 ) -> Result<Bridged, EdgeError> {
-    let sessions = snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
-        detail: "bridging needs the session key ring".into(),
-    })?;
+    let sessions = ring(snapshot)?;
     let bytes = body.bytes().clone();
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(invalid("batches are not bridged to 2026-07-28 servers"));

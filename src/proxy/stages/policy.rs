@@ -67,10 +67,11 @@ impl Stage for Policy {
         let method = message.and_then(|m| m.method.as_deref());
         let mut state = State {
             grant,
-            // Over HTTP+SSE the answer comes on the stream, filtered there. Filtered
-            // whatever the id (one too long to read is answered as `null`).
+            // Over HTTP+SSE the answer comes on the stream, filtered there (a bridged
+            // route's: the POST's own answer, which the edge puts on the stream it holds).
+            // Filtered whatever the id (one too long to read is answered as `null`).
             answering: method
-                .filter(|m| LIST_METHODS.contains(m) && !messages)
+                .filter(|m| LIST_METHODS.contains(m) && (!messages || endpoint.route.bridge))
                 .map(|_| a.ctx.request_id().cloned().unwrap_or(Value::Null)),
             stream: a.session.req_header().method == http::Method::GET,
             restore_hidden: false,

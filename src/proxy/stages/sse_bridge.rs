@@ -19,29 +19,29 @@
 //!   body, as an HTTP+SSE server answers. A request that got no answer at all (the member's
 //!   answer broke off) gets a JSON-RPC error event, so no client waits forever.
 
-use std::time::Duration;
+mod hold;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::jsonrpc::code;
-use crate::mcp::media::{self, Media};
+use crate::mcp::media::Media;
 use crate::mcp::{era, jsonrpc, sse};
 use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
-use crate::proxy::{pipeline, Edge};
+use crate::proxy::Edge;
 use crate::runtime::{EndpointKind, Route};
-use crate::session::streams::{self, Asked, Opened};
+use crate::session::streams::{self, Asked};
 use crate::session::{self, Kind};
 
-/// A held stream's keep-alive comment, written when nothing else was for this long (it also
-/// finds a client that went away without closing).
-const KEEPALIVE: Duration = Duration::from_secs(15);
-/// The largest message of a member's answer turned into one event.
-const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub use hold::{hold, Held};
+
+/// The largest message of a member's answer turned into one event (a stream queues at most
+/// [`streams::MAX_QUEUED_BYTES`]).
+const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// A POST whose answer goes to its stream.
 pub struct State {
@@ -50,8 +50,10 @@ pub struct State {
     diverting: bool,
     media: Media,
     status: u16,
-    /// What of the member's answer is not a whole message yet.
-    held: Vec<u8>,
+    /// What of the member's answer is not a whole message yet, and where its next event
+    /// ends.
+    held: BytesMut,
+    ends: sse::EventEnds,
     /// An answer (or an error) reached the stream, or the stream is gone.
     answered: bool,
     /// The client speaks HTTP/2 (no `Transfer-Encoding`).
@@ -61,13 +63,6 @@ pub struct State {
     /// The request as it went to the member, kept while the member may ask the client for
     /// input (`tools/call`, `prompts/get`, `resources/read`).
     sent: Option<Asked>,
-}
-
-/// A stream the edge holds for a client, once the request is admitted.
-pub struct Held {
-    opened: Opened,
-    /// The `endpoint` event's URL (the messages path with the client's token).
-    endpoint: String,
 }
 
 pub struct SseBridge;
@@ -90,13 +85,22 @@ impl Stage for SseBridge {
                 Ok(Flow::Hold(Box::new(held)))
             }
             EndpointKind::Messages if a.ctx.request.body.is_some() => {
+                let message = a.ctx.request.message.as_deref();
+                if message.is_some_and(|m| m.has_id && m.id.is_none()) {
+                    // Its answer could not name it on the stream.
+                    let long = EdgeError::InvalidRequest {
+                        detail: "the request's id is too long to bridge (1 KiB at most)".into(),
+                    };
+                    return Err(reject(long));
+                }
                 let stream = stream_of(a, &route).map_err(reject)?;
                 a.ctx.stages.sse_bridge = Some(Box::new(State {
                     stream,
                     diverting: false,
                     media: Media::Other,
                     status: 0,
-                    held: Vec::new(),
+                    held: BytesMut::new(),
+                    ends: sse::EventEnds::default(),
                     answered: false,
                     h2: a.session.is_http2(),
                     // A request's (a posted response or notification has no answer).
@@ -164,6 +168,7 @@ impl Stage for SseBridge {
             }
             *chunk = Bytes::new();
         }
+        // The member's answer is this request's, though only its last message answers it.
         state.pass_on(end);
         Ok(())
     }
@@ -176,7 +181,7 @@ impl Stage for SseBridge {
         };
         if let (Some(id), false) = (state.id.clone(), body.is_empty()) {
             let message = answering(one_line(body), Some(&id), true);
-            state.send(&Bytes::from(sse::message_event(&message, "\n")));
+            state.send(&message, true);
         }
         *body = Bytes::new();
         accepted(head)
@@ -219,8 +224,8 @@ impl State {
     /// Whole messages of what is held go to the stream; at the end, what remains.
     fn pass_on(&mut self, end: bool) {
         if self.media == Media::EventStream {
-            while let Some(n) = sse::event_end(&self.held) {
-                let event: Vec<u8> = self.held.drain(..n).collect();
+            while let Some(n) = self.ends.next(&self.held) {
+                let event = self.held.split_to(n);
                 let text = String::from_utf8_lossy(&event);
                 if let Some(data) = sse::data(&sse::lines(&text)) {
                     if !data.trim().is_empty() {
@@ -230,7 +235,8 @@ impl State {
             }
         }
         if self.held.len() > MAX_MESSAGE_BYTES {
-            self.held = Vec::new();
+            self.held = BytesMut::new();
+            self.ends = sse::EventEnds::default();
             if let Some(id) = self.id.clone() {
                 self.send_error(
                     &id,
@@ -257,16 +263,21 @@ impl State {
     }
 
     /// One message of the member's answer to the stream; a request for the client's input
-    /// (`input_required`) as the questions it asks.
+    /// (`input_required`) as the questions it asks (one it cannot be asked: as the error a
+    /// client that cannot be asked gets).
     fn deliver(&mut self, message: String) {
         if message.contains("input_required") {
             if let Ok(value) = serde_json::from_str::<serde_json::Value>(&message) {
                 if let Some(questions) = era::input_required(&value) {
                     return self.ask(value, questions);
                 }
+                if let Some(error) = era::to_legacy(value, None, false) {
+                    return self.send(&error.to_string(), true);
+                }
             }
         }
-        self.send(&Bytes::from(sse::message_event(&message, "\n")));
+        let answers = is_response(&message);
+        self.send(&message, answers);
     }
 
     /// Ask the client the server's questions on its stream; the request waits for the
@@ -277,25 +288,43 @@ impl State {
         });
         let Some(requests) = asked else {
             let error = era::to_legacy(answer.clone(), None, false).unwrap_or(answer);
-            return self.send(&Bytes::from(sse::message_event(&error.to_string(), "\n")));
+            return self.send(&error.to_string(), true);
         };
         for request in requests {
-            self.send(&Bytes::from(sse::message_event(&request.to_string(), "\n")));
+            self.send(&request.to_string(), true);
         }
     }
 
-    fn send(&mut self, event: &Bytes) {
-        if streams::get().send(self.stream, event.clone()).is_err() {
-            // The client left, or stopped reading: nothing more can reach it.
-            metrics::get().bridged_stream(BridgedStream::Lost);
+    /// One message as an event on the stream; `answers`: it answers the request (a
+    /// response, or the questions the request now waits on), so no error follows.
+    fn send(&mut self, message: &str, answers: bool) {
+        let event = Bytes::from(sse::message_event(message, "\n"));
+        match streams::get().send(self.stream, event) {
+            Ok(()) => self.answered |= answers,
+            Err(lost) => {
+                if lost == streams::Lost::Unread {
+                    metrics::get().bridged_stream(BridgedStream::Lost);
+                }
+                // Nothing more can reach the client.
+                self.answered = true;
+            }
         }
-        self.answered = true;
     }
 
     fn send_error(&mut self, id: &str, message: &str) {
         let error = jsonrpc::error(id, code::INTERNAL, message, None);
-        self.send(&Bytes::from(sse::message_event(&error, "\n")));
+        self.send(&error, true);
     }
+}
+
+/// A JSON-RPC response (no `method`), not a notification or a request.
+fn is_response(message: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        method: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_str::<Head>(message).is_ok_and(|h| h.method.is_none())
 }
 
 /// A JSON answer as the answer to the request: an error the member gave without an id
@@ -351,14 +380,7 @@ fn one_line(message: &[u8]) -> String {
 
 /// A new stream for the client, and the token naming it.
 fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
-    let sessions = a
-        .ctx
-        .snapshot
-        .sessions
-        .as_deref()
-        .ok_or(EdgeError::Internal {
-            detail: "bridging needs the session key ring".into(),
-        })?;
+    let sessions = super::bridge::ring(&a.ctx.snapshot)?;
     let messages = route.messages_path.as_deref().ok_or(EdgeError::Internal {
         detail: "a bridged HTTP+SSE route needs messages_path".into(),
     })?;
@@ -376,27 +398,21 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
     };
     let token = session::seal_session(sessions, Kind::Stream, held, credential)?;
     metrics::get().token(TokenOp::Sealed);
-    metrics::get().bridged_stream(BridgedStream::Opened);
     let param = route
         .session_params
         .first()
         .map_or("sessionId", String::as_str);
-    Ok(Held {
+    let max_age = std::time::Duration::from_secs(sessions.max_age_secs);
+    Ok(Held::new(
         opened,
-        endpoint: format!("{messages}?{param}={token}"),
-    })
+        format!("{messages}?{param}={token}"),
+        max_age,
+    ))
 }
 
 /// The stream a POST's token names, held here.
 fn stream_of(a: &Admission<'_>, route: &Route) -> Result<u64, EdgeError> {
-    let sessions = a
-        .ctx
-        .snapshot
-        .sessions
-        .as_deref()
-        .ok_or(EdgeError::Internal {
-            detail: "bridging needs the session key ring".into(),
-        })?;
+    let sessions = super::bridge::ring(&a.ctx.snapshot)?;
     let endpoint = a.ctx.request.endpoint.as_ref().ok_or(EdgeError::Internal {
         detail: "no endpoint".into(),
     })?;
@@ -417,92 +433,4 @@ fn stream_of(a: &Admission<'_>, route: &Route) -> Result<u64, EdgeError> {
     }
     metrics::get().token(TokenOp::Opened);
     Ok(id)
-}
-
-/// Hold the client's stream: its head, the `endpoint` event, then every event queued for
-/// it, until the client goes, the edge shuts down, or the client stops reading.
-pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<Held>) {
-    ctx.answered = true;
-    let Held {
-        mut opened,
-        endpoint,
-    } = *held;
-    let Ok(mut head) = stream_head(session) else {
-        return;
-    };
-    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
-        return;
-    }
-    session
-        .downstream_session
-        .set_write_timeout(Some(ctx.snapshot.timeouts.stream_idle));
-    let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
-    // Counted with the event streams members hold open (`mcp_edge_active_sse_streams`).
-    let _open = OpenStream::count(ctx.labels.era);
-    if session
-        .write_response_header(Box::new(head), false)
-        .await
-        .is_err()
-        || session
-            .write_response_body(Some(first), false)
-            .await
-            .is_err()
-    {
-        return;
-    }
-    let mut cutoff = edge.cutoff.clone();
-    enum Next {
-        Event(Option<Bytes>),
-        Quiet,
-        Gone,
-    }
-    loop {
-        let next = tokio::select! {
-            event = opened.events.recv() => Next::Event(event),
-            _ = tokio::time::sleep(KEEPALIVE) => Next::Quiet,
-            _ = session.downstream_session.read_body_or_idle(true) => Next::Gone,
-            _ = cutoff.wait_for(|cut| *cut) => Next::Gone,
-        };
-        let bytes = match next {
-            Next::Event(Some(event)) => event,
-            Next::Quiet => Bytes::from_static(b": keep-alive\n\n"),
-            // Let go (not read) or the client or the edge is going.
-            Next::Event(None) | Next::Gone => break,
-        };
-        if session
-            .write_response_body(Some(bytes), false)
-            .await
-            .is_err()
-        {
-            ctx.client_closed = true;
-            return;
-        }
-    }
-    let _ = session.write_response_body(None, true).await;
-}
-
-/// A held stream in `mcp_edge_active_sse_streams` while it is open.
-struct OpenStream(crate::metrics::EraLabel);
-
-impl OpenStream {
-    fn count(era: crate::metrics::EraLabel) -> OpenStream {
-        metrics::get().sse_streams(era, 1);
-        OpenStream(era)
-    }
-}
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        metrics::get().sse_streams(self.0, -1);
-    }
-}
-
-fn stream_head(session: &Session) -> pingora::Result<ResponseHeader> {
-    let mut head = ResponseHeader::build(200, Some(4))?;
-    head.insert_header(http::header::CONTENT_TYPE, media::EVENT_STREAM)?;
-    head.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
-    if !session.downstream_session.is_http2() {
-        head.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
-    }
-    Ok(head)
 }
