@@ -173,8 +173,7 @@ pub struct PoolMetrics {
 pub enum BridgedStream {
     /// A bridged HTTP+SSE client's stream opened here.
     Opened,
-    /// An answer could not be queued: the client stopped reading (the stream is let go) or
-    /// left.
+    /// The client left 256 events or 8 MiB unread: its stream is let go.
     Lost,
 }
 
