@@ -378,9 +378,9 @@ async fn next_message(stream: &mut reqwest::Response, buf: &mut String) -> Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_gone() {
     let a = ts_server("modern", "f1");
-    // A policy: only `echo` is seen and called.
+    // A policy: only `echo` and `slow` are seen and called.
     let config = format!(
-        "{}prefix = \"/team\"\n[[routes.policy]]\ntools = [\"echo\"]\nprompts = [\"*\"]\nresources = [\"mem://\"]\n",
+        "{}prefix = \"/team\"\n[[routes.policy]]\ntools = [\"echo\", \"slow\"]\nprompts = [\"*\"]\nresources = [\"mem://\"]\n",
         sse_route(&[&a])
     );
     let edge = start_edge(&config);
@@ -445,8 +445,8 @@ async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_
         .as_array()
         .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(tools, ["echo"], "{v}");
-    let hidden = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "slow", "arguments": {"steps": 1}}});
+    assert_eq!(tools, ["echo", "slow"], "{v}");
+    let hidden = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}});
     assert_eq!(post(messages.clone(), hidden).await.unwrap().status(), 202);
     let v = next_message(&mut stream, &mut buf).await;
     assert_eq!(v["id"], 4, "{v}");
@@ -462,6 +462,27 @@ async fn an_http_sse_client_gets_every_answer_on_its_stream_and_a_closed_one_is_
     );
     let other = format!("{bare}?sessionId=AAAA");
     assert_eq!(post(other, call.clone()).await.unwrap().status(), 404);
+    // The POST is answered at once, as an HTTP+SSE server answers: a client that reads each
+    // POST to its end (as the Python SDK's does) sends its next message while a long call
+    // runs, and gets its answer first.
+    let long = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "slow", "arguments": {"steps": 50}}});
+    let r = post(messages.clone(), long).await.unwrap();
+    assert_eq!(r.status(), 202);
+    assert!(r.bytes().await.unwrap().is_empty());
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    assert_eq!(post(messages.clone(), ping).await.unwrap().status(), 202);
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let v = next_message(&mut stream, &mut buf).await;
+        if v.get("id").is_some() {
+            answered.push(v["id"].clone());
+        }
+    }
+    assert_eq!(
+        answered,
+        [json!(9), json!(8)],
+        "the ping's answer before the long call's"
+    );
     // The server gone: the edge's error answers the request on the stream, with its id.
     drop(a);
     let r = post(

@@ -101,14 +101,10 @@ impl ProxyHttp for Edge {
         };
         match pipeline::request(admission).await {
             Ok(Flow::Next | Flow::HandOff) => {
-                if ctx.stages.sse_bridge.is_some() {
-                    // The answer goes to the client's stream, the POST gets `202` at once:
-                    // the client may close this connection before the member's answer ends,
-                    // which must not cancel it; and it must not wait behind it.
-                    session.downstream_session.set_abort_on_close(false);
-                    session.downstream_session.set_keepalive(None);
-                }
-                self.install_replay(session, ctx);
+                // A bridged HTTP+SSE POST's answer goes to the client's stream: the POST
+                // itself is answered now.
+                let answered = stages::sse_bridge::accept(session, ctx).await;
+                self.install_replay(session, ctx, answered);
                 Ok(false)
             }
             Ok(Flow::Hold(held)) => {
@@ -269,8 +265,9 @@ impl ProxyHttp for Edge {
 
 impl Edge {
     /// The request goes to a member: its body (possibly none) into a replay session, which
-    /// also bounds the member's silences and ends event streams at shutdown.
-    fn install_replay(&self, session: &mut Session, ctx: &mut Ctx) {
+    /// also bounds the member's silences and ends event streams at shutdown (`answered`: the
+    /// client has its answer already, none of the member's goes to it).
+    fn install_replay(&self, session: &mut Session, ctx: &mut Ctx, answered: bool) {
         let t = ctx.snapshot.timeouts;
         let silence = replay::Silence {
             head: t.upstream_read,
@@ -278,7 +275,8 @@ impl Edge {
             stream_idle: t.stream_idle,
         };
         let body = ctx.request.body.take();
-        let (handback, stored) = replay::install(session, body, self.cutoff.clone(), silence);
+        let (handback, stored) =
+            replay::install(session, body, self.cutoff.clone(), silence, answered);
         ctx.handback = Some(handback);
         ctx.stored = stored;
     }

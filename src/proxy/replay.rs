@@ -122,6 +122,7 @@ pub fn install(
     body: Option<Body>,
     cutoff: watch::Receiver<bool>,
     silence: Silence,
+    answered: bool,
 ) -> (Handback, Stored) {
     let (tx, rx) = oneshot::channel();
     let real = swap_out(&mut session.downstream_session);
@@ -137,9 +138,25 @@ pub fn install(
         head_seen: false,
         last_activity: None,
         timer: None,
+        answered,
     }));
     put_back(&mut session.downstream_session, Box::new(replay));
     (rx, stored)
+}
+
+/// Whether the member's answer ended with these tasks (none of them goes to the client).
+fn answered_elsewhere(tasks: Vec<HttpTask>) -> Result<bool> {
+    let mut end = false;
+    for task in tasks {
+        end = match task {
+            HttpTask::Header(_, end) | HttpTask::Body(_, end) | HttpTask::UpgradedBody(_, end) => {
+                end
+            }
+            HttpTask::Trailer(_) | HttpTask::Done => true,
+            HttpTask::Failed(e) => return Err(e),
+        };
+    }
+    Ok(end)
 }
 
 /// The error that ends a streaming response when `cutoff` turns `true`.
@@ -216,6 +233,9 @@ struct Replay {
     /// wheel, not Tokio's: arming a Tokio timer wakes the worker's own I/O driver (an extra
     /// `write` and `epoll_wait` per request, measured in docs/benchmarks.md).
     timer: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// The client has its answer already (a bridged HTTP+SSE POST's `202`): what the member
+    /// answers goes elsewhere (the response stages take it), none of it to the client.
+    answered: bool,
 }
 
 impl Replay {
@@ -303,6 +323,9 @@ impl CustomSession for Replay {
     }
     async fn write_response_header(&mut self, resp: Box<ResponseHeader>, end: bool) -> Result<()> {
         self.saw_head(&resp);
+        if self.answered {
+            return Ok(());
+        }
         let inner = self.session()?;
         inner.write_response_header(resp).await?;
         if end {
@@ -312,6 +335,9 @@ impl CustomSession for Replay {
     }
     async fn write_response_header_ref(&mut self, resp: &ResponseHeader, end: bool) -> Result<()> {
         self.saw_head(resp);
+        if self.answered {
+            return Ok(());
+        }
         let inner = self.session()?;
         inner.write_response_header_ref(resp).await?;
         if end {
@@ -320,6 +346,10 @@ impl CustomSession for Replay {
         Ok(())
     }
     async fn write_body(&mut self, data: Bytes, end: bool) -> Result<()> {
+        if self.answered {
+            self.last_activity = Some(Instant::now());
+            return Ok(());
+        }
         let r = self.session()?.write_response_body(data, end).await;
         // After the write: time spent writing to a slow client is not upstream silence.
         self.last_activity = Some(Instant::now());
@@ -332,6 +362,11 @@ impl CustomSession for Replay {
         // Proxied response heads arrive here, not through `write_response_header`.
         if let Some(HttpTask::Header(resp, _)) = tasks.first() {
             self.saw_head(resp);
+        }
+        if self.answered {
+            // The exchange ends when the member's answer does, not when the client's did.
+            self.last_activity = Some(Instant::now());
+            return answered_elsewhere(tasks);
         }
         let r = self.session()?.response_duplex_vec(tasks).await;
         // After the write: time spent writing to a slow client is not upstream silence.
@@ -397,10 +432,12 @@ impl CustomSession for Replay {
                 (true, true) => "event-stream bytes",
             };
             let streaming = self.streaming;
+            // A client that has its answer may go (close, reset): the member's answer goes on.
+            let watch_client = !self.answered;
             let inner = self.inner.as_deref_mut().ok_or_else(handed_back)?;
             let timer = self.timer.get_or_insert_with(|| arm(deadline));
             tokio::select! {
-                r = inner.read_body_or_idle(no_body_expected) => return r,
+                r = inner.read_body_or_idle(no_body_expected), if watch_client => return r,
                 _ = timer.as_mut() => {
                     // Armed for an earlier deadline; there was activity since.
                     if Instant::now() < deadline {
@@ -497,6 +534,7 @@ mod tests {
             head_seen: false,
             last_activity: None,
             timer: None,
+            answered: false,
         };
         (replay, rx)
     }

@@ -32,7 +32,7 @@ use crate::mcp::{era, jsonrpc, sse};
 use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
-use crate::proxy::Edge;
+use crate::proxy::{pipeline, Edge};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::streams::{self, Asked};
 use crate::session::{self, Kind};
@@ -58,6 +58,8 @@ pub struct State {
     answered: bool,
     /// The client speaks HTTP/2 (no `Transfer-Encoding`).
     h2: bool,
+    /// The POST got its `202` before the request went to the member ([`accept`]).
+    early: bool,
     /// The id (JSON text) of the request the answer is for (a retry's: the first request's).
     id: Option<String>,
     /// The request as it went to the member, kept while the member may ask the client for
@@ -103,6 +105,7 @@ impl Stage for SseBridge {
                     ends: sse::EventEnds::default(),
                     answered: false,
                     h2: a.session.is_http2(),
+                    early: false,
                     // A request's (a posted response or notification has no answer).
                     id: a
                         .ctx
@@ -143,6 +146,10 @@ impl Stage for SseBridge {
         state.diverting = true;
         state.status = head.status.as_u16();
         state.media = if encoded { Media::Other } else { media };
+        if state.early {
+            // The client has its answer: this head goes nowhere.
+            return Ok(());
+        }
         accepted(head)?;
         // The POST's answer ends when the member's does (an exchange whose answer is done
         // stops reading the member's): no length.
@@ -352,6 +359,35 @@ fn answering(message: String, id: Option<&str>, any: bool) -> String {
         }
         Err(_) => message,
     }
+}
+
+/// A bridged HTTP+SSE POST about to go to a member gets its `202 Accepted` now, as an
+/// HTTP+SSE server answers (over HTTP/1.1; an HTTP/2 POST gets it when the member's answer
+/// starts, its body ending with that answer). The connection closes after it, so the client's
+/// next POST does not wait behind this one; the client closing it does not cancel the call.
+/// `true`: written.
+pub async fn accept(session: &mut Session, ctx: &mut Ctx) -> bool {
+    let early = match ctx.stages.sse_bridge.as_deref() {
+        Some(state) => !state.h2,
+        None => return false,
+    };
+    session.downstream_session.set_keepalive(None);
+    if !early {
+        return false;
+    }
+    let Ok(mut head) = ResponseHeader::build(202, Some(2)) else {
+        return false;
+    };
+    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
+        return false;
+    }
+    let written = session.write_response_header(Box::new(head), true).await;
+    if let Some(state) = ctx.stages.sse_bridge.as_deref_mut() {
+        // Written or not (the client gone), the answer is the stream's.
+        state.early = true;
+    }
+    let _ = written;
+    true
 }
 
 /// `202 Accepted`, no body: the answer is on the stream.
