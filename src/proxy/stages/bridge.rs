@@ -119,6 +119,12 @@ impl Stage for Bridge {
             }
         };
         request.bridged = true;
+        if let (Some(first), Some(verdict)) = (&retry_of, request.message.as_deref_mut()) {
+            // What the later stages (the rate limit, the policy, the log) see: the request
+            // retried, not the client's answer that carried it.
+            retried(verdict, &state, first);
+            a.ctx.labels.record(verdict);
+        }
         if let Some(stream) = stream {
             let id = id.as_ref().map(ToString::to_string);
             remember(stream, &state, retry_of, id, body);
@@ -279,6 +285,23 @@ fn post(
             })))
         }
     }
+}
+
+/// The verdict of a POST carrying the client's last answer, as the request it retries: its
+/// method, id and the entry it names (`id`: JSON text).
+fn retried(verdict: &mut crate::mcp::rules::Verdict, state: &State, id: &str) {
+    use crate::mcp::target::{Kind as Entry, Target};
+    let kind = match state.method.as_str() {
+        "tools/call" => Some(Entry::Tool),
+        "prompts/get" => Some(Entry::Prompt),
+        "resources/read" => Some(Entry::Resource),
+        _ => None,
+    };
+    verdict.method = Some(state.method.clone());
+    verdict.id = serde_json::from_str(id).ok();
+    verdict.has_id = true;
+    verdict.name = state.name.clone();
+    verdict.target = kind.zip(state.name.clone()).map(|(kind, value)| Target { kind, value });
 }
 
 /// An HTTP+SSE client's request as it goes to the member, kept while the member may ask the
