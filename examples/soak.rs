@@ -8,8 +8,9 @@
 //! stream). Members are small mock MCP servers here, so the soak needs nothing installed.
 //! Beside them, hand-off traffic ([`handoff`]): a second replica of the edge in one fleet,
 //! stdio pools of a stdio server of the soak's own, legacy sessions and a principal's calls
-//! going through both replicas in turn. No kill touches it: every failure of it is the
-//! edge's.
+//! going through both replicas in turn, and HTTP+SSE clients bridged to a 2026-07-28 pool
+//! whose stream one replica holds while they post through both. No kill touches it: every
+//! failure of it is the edge's.
 //!
 //! What counts as evidence (anything else is filed under EDGE):
 //! - Timing: every kill is recorded from the moment the member dies to the moment it listens
@@ -368,7 +369,7 @@ impl Kind {
             Kind::Modern => 4,
             Kind::Legacy => 3,
             Kind::Sse => 3,
-            Kind::Handoff => handoff::workers().count(),
+            Kind::Handoff => handoff::workers().count() + handoff::BRIDGED_WORKERS,
         }
     }
 }
@@ -569,6 +570,8 @@ struct World {
     tally: Arc<Tally>,
     chaos: Arc<Chaos>,
     members: Vec<u16>,
+    /// The bridged pool's member (`handoff`).
+    bridged: u16,
     until: Instant,
 }
 
@@ -1010,6 +1013,8 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
     for _ in 0..3 {
         members.push(start_member(0).await?);
     }
+    // The bridged pool's member (never killed: hand-off traffic fails only by the edge).
+    let bridged = start_member(0).await?;
     let ports: Vec<u16> = members.iter().map(|m| m.port).collect();
     let free = || {
         std::net::TcpListener::bind("127.0.0.1:0")
@@ -1025,7 +1030,7 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
     let write = |round| -> Result<(), String> {
         for i in 0..2 {
             let text = config_text(edge_ports[i], &keys, &ports, round)
-                + &handoff::config(handoff_ports[i], &handoff_ports, &api_keys)?;
+                + &handoff::config(handoff_ports[i], &handoff_ports, &api_keys, bridged.port)?;
             std::fs::write(&paths[i], text).map_err(|e| format!("config: {e}"))?;
         }
         Ok(())
@@ -1079,6 +1084,7 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
         tally: Arc::new(Tally::default()),
         chaos: Arc::new(Chaos::default()),
         members: ports.clone(),
+        bridged: bridged.port,
         until: Instant::now() + run,
     });
     let mut tasks = Vec::new();
@@ -1098,6 +1104,9 @@ async fn run(secs: u64, dir: &std::path::Path) -> Result<bool, String> {
             true => tokio::spawn(handoff::session_worker(w, n)),
             false => tokio::spawn(handoff::caller_worker(w, n)),
         });
+    }
+    for n in 0..handoff::BRIDGED_WORKERS {
+        tasks.push(tokio::spawn(handoff::bridged_worker(world.clone(), n)));
     }
 
     // Chaos: 10 rounds of a kill and restart, then a reload half a round later (so what a

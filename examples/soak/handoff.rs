@@ -3,7 +3,10 @@
 //! [`STDIO_FLAG`]), and workers that go through both replicas in turn:
 //! - session workers open a legacy session on a `per_session` pool through one replica and
 //!   call through both, then delete it through either;
-//! - caller workers call a `per_principal` pool as their own principal through both.
+//! - caller workers call a `per_principal` pool as their own principal through both;
+//! - bridged workers are HTTP+SSE clients of a `bridge_legacy` route on a pool of one
+//!   2026-07-28 member (a mock of the soak's, never killed): the stream is held by one
+//!   replica, the POSTs go through both in turn, and each answer must arrive on the stream.
 //!
 //! The server's `note` answers how many notes its process holds, so every answer says
 //! whether the request reached the process the session (or the caller) lives in. No kill
@@ -16,6 +19,8 @@ pub const STDIO_FLAG: &str = "--stdio-server";
 /// Callers with API keys (`k-soak-<n>`): one per caller worker.
 pub const CALLERS: usize = 2;
 const SESSION_WORKERS: usize = 2;
+/// HTTP+SSE clients bridged to a 2026-07-28 pool.
+pub const BRIDGED_WORKERS: usize = 2;
 /// Calls on one session before it is deleted and another opened.
 const CALLS_PER_SESSION: usize = 20;
 
@@ -78,7 +83,7 @@ pub fn api_keys(dir: &std::path::Path) -> Result<String, String> {
 
 /// A replica's `[fleet]`, identity and stdio pools: `me` is its hand-off port, `peers` every
 /// replica's.
-pub fn config(me: u16, peers: &[u16], api_keys: &str) -> Result<String, String> {
+pub fn config(me: u16, peers: &[u16], api_keys: &str, bridged: u16) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| format!("soak binary: {e}"))?;
     let command = format!("[\"{}\", \"{STDIO_FLAG}\"]", exe.display());
     let peers: Vec<String> = peers.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
@@ -88,7 +93,9 @@ pub fn config(me: u16, peers: &[u16], api_keys: &str) -> Result<String, String> 
          [[pools]]\nname = \"sessions\"\ncommand = {command}\nisolation = \"per_session\"\n\n\
          [[routes]]\npath = \"/sessions\"\npool = \"sessions\"\n\n\
          [[pools]]\nname = \"callers\"\ncommand = {command}\nisolation = \"per_principal\"\n\n\
-         [[routes]]\npath = \"/callers\"\npool = \"callers\"\nauth = \"required\"\n",
+         [[routes]]\npath = \"/callers\"\npool = \"callers\"\nauth = \"required\"\n\n\
+         [[pools]]\nname = \"bridged\"\nmembers = [\"127.0.0.1:{bridged}\"]\n[pools.health]\ncheck = \"tcp\"\n\n\
+         [[routes]]\npath = \"/bridged\"\npool = \"bridged\"\nbridge_legacy = true\nsse_path = \"/bsse\"\nmessages_path = \"/bmessages\"\n",
         peers.join(", ")
     ))
 }
@@ -252,6 +259,131 @@ pub async fn caller_worker(w: Arc<World>, n: usize) {
                     format!("expected {expected:?}:{text}: {}", a.json),
                 );
                 count = got;
+            }
+        }
+    }
+}
+
+/// An HTTP+SSE client bridged to the 2026-07-28 pool: its stream on one replica, its
+/// `initialize` and calls posted through both in turn, every answer on the stream and from
+/// the pool's member.
+pub async fn bridged_worker(w: Arc<World>, n: usize) {
+    let c = client();
+    let mut turn = n;
+    while Instant::now() < w.until {
+        turn += 1;
+        w.tally.sent();
+        let holder = &w.bases[turn % 2];
+        let get = c.get(format!("{holder}/bsse")).send();
+        let resp = match tokio::time::timeout(DEADLINE, get).await {
+            Ok(Ok(r)) if r.status() == 200 => r,
+            Ok(Ok(r)) => {
+                w.tally
+                    .edge(&format!("handoff: bridged GET {}", r.status()), "");
+                continue;
+            }
+            Ok(Err(e)) => {
+                w.tally.edge("handoff: bridged GET failed", short(&e));
+                continue;
+            }
+            Err(_) => {
+                w.tally.edge("handoff: bridged GET unanswered", "");
+                continue;
+            }
+        };
+        let mut events = Events {
+            stream: resp.bytes_stream(),
+            buf: String::new(),
+        };
+        let endpoint = match events.next().await {
+            Next::Event { name, data }
+                if name == "endpoint" && data.starts_with("/bmessages?sessionId=") =>
+            {
+                data
+            }
+            _ => {
+                w.tally
+                    .edge("handoff: a bridged stream without its endpoint event", "");
+                continue;
+            }
+        };
+        w.tally.ok(Kind::Handoff);
+        for k in 0..=CALLS_PER_SESSION as u64 {
+            if Instant::now() >= w.until {
+                return;
+            }
+            w.tally.sent();
+            if !bridged_call(&w, &c, &mut events, &endpoint, turn, k).await {
+                break;
+            }
+        }
+    }
+}
+
+/// One POST of a bridged HTTP+SSE client (`initialize` first) through the replica whose
+/// turn it is, and its answer on the stream; false when the stream is done for.
+async fn bridged_call<S>(
+    w: &World,
+    c: &reqwest::Client,
+    events: &mut Events<S>,
+    endpoint: &str,
+    turn: usize,
+    k: u64,
+) -> bool
+where
+    S: futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    let body = match k {
+        0 => json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2024-11-05", "capabilities": {},
+            "clientInfo": {"name": "soak", "version": "1"}}}),
+        _ => json!({"jsonrpc": "2.0", "id": k, "method": "tools/list"}),
+    };
+    let url = format!("{}{endpoint}", w.bases[(turn + k as usize) % 2]);
+    let rb = c
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    match answer(rb).await {
+        Ok(a) if a.status == 202 => {}
+        Ok(a) => {
+            let class = format!("handoff: bridged POST {}", a.describe());
+            w.tally.edge(&class, &a.json);
+            return false;
+        }
+        Err(e) => {
+            w.tally.edge("handoff: bridged POST client error", e);
+            return false;
+        }
+    }
+    loop {
+        match events.next().await {
+            Next::Event { name, data } if name == "message" => {
+                let Ok(reply) = serde_json::from_str::<Value>(&data) else {
+                    continue;
+                };
+                if reply["id"] != k {
+                    continue;
+                }
+                if reply["result"]["member"].as_u64() == Some(u64::from(w.bridged)) {
+                    w.tally.ok(Kind::Handoff);
+                    return true;
+                }
+                w.tally
+                    .edge("handoff: a bridged answer not the member's", reply);
+                return false;
+            }
+            Next::Event { .. } => {}
+            Next::Ended => {
+                w.tally
+                    .edge("handoff: a bridged stream ended before its answer", "");
+                return false;
+            }
+            Next::Silent => {
+                let class =
+                    format!("handoff: a bridged answer not on the stream within {DEADLINE:?}");
+                w.tally.edge(&class, "");
+                return false;
             }
         }
     }

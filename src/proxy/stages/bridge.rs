@@ -301,7 +301,9 @@ fn retried(verdict: &mut crate::mcp::rules::Verdict, state: &State, id: &str) {
     verdict.id = serde_json::from_str(id).ok();
     verdict.has_id = true;
     verdict.name = state.name.clone();
-    verdict.target = kind.zip(state.name.clone()).map(|(kind, value)| Target { kind, value });
+    verdict.target = kind
+        .zip(state.name.clone())
+        .map(|(kind, value)| Target { kind, value });
 }
 
 /// An HTTP+SSE client's request as it goes to the member, kept while the member may ask the
