@@ -295,7 +295,7 @@ fn pool_metrics(r: &Registrar) -> Result<PoolMetrics, prometheus::Error> {
         )?,
         bridged_streams: r.counter(
             "mcp_edge_bridged_streams_total",
-            "HTTP+SSE streams the edge holds for clients bridged to 2026-07-28 members: opened, lost (the client left 256 events or 8 MiB unread: the stream let go)",
+            "HTTP+SSE streams the edge holds for clients bridged to 2026-07-28 members: opened, lost (the client left 256 events or 8 MiB unread, or the memory budget had no room: the stream let go)",
             &["event"],
         )?,
         revisions: r.gauge(

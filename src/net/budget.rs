@@ -172,6 +172,13 @@ impl Reservation {
     }
 }
 
+/// A bridged HTTP+SSE stream's queue is counted here (see `session/streams.rs`).
+impl crate::session::streams::Room for Reservation {
+    fn fit(&mut self, bytes: usize) -> bool {
+        self.try_fit(bytes)
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);

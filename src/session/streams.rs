@@ -15,7 +15,6 @@
 //! later POSTs get 404).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -38,10 +37,31 @@ pub struct Streams {
     held: Mutex<HashMap<u64, Entry>>,
 }
 
+/// Where a stream's queued bytes are counted (the edge's memory budget): `fit` makes the
+/// count exactly `bytes`, false (and unchanged) when growing to it does not fit.
+pub trait Room: Send {
+    fn fit(&mut self, bytes: usize) -> bool;
+}
+
+/// The bytes queued and not yet taken by the stream's holder, and the room they hold.
+struct Queued {
+    bytes: usize,
+    room: Box<dyn Room>,
+}
+
+impl Queued {
+    fn set(&mut self, bytes: usize) -> bool {
+        let fits = self.room.fit(bytes);
+        if fits {
+            self.bytes = bytes;
+        }
+        fits
+    }
+}
+
 struct Entry {
     events: mpsc::Sender<Bytes>,
-    /// The bytes queued and not yet taken by the stream's holder.
-    queued: Arc<AtomicUsize>,
+    queued: Arc<Mutex<Queued>>,
     declared: Option<Declared>,
     /// Requests waiting for answers, by number; the number of each question's id.
     asked: HashMap<u64, Asked>,
@@ -98,13 +118,17 @@ pub enum Answered {
 pub struct Opened {
     pub id: u64,
     pub events: mpsc::Receiver<Bytes>,
-    queued: Arc<AtomicUsize>,
+    /// Released when the holder drops what is left in the queue.
+    queued: Arc<Mutex<Queued>>,
 }
 
 impl Opened {
     /// An event of `len` bytes was taken from the queue.
     pub fn taken(&self, len: usize) {
-        self.queued.fetch_sub(len, Ordering::AcqRel);
+        if let Ok(mut q) = self.queued.lock() {
+            let left = q.bytes.saturating_sub(len);
+            q.set(left);
+        }
     }
 }
 
@@ -130,8 +154,9 @@ pub fn get() -> &'static Streams {
 }
 
 impl Streams {
-    /// A new stream, under an id no other stream here has.
-    pub fn open(&self) -> Option<Opened> {
+    /// A new stream, under an id no other stream here has; what it queues is counted in
+    /// `room`.
+    pub fn open(&self, room: Box<dyn Room>) -> Option<Opened> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut held = self.held.lock().ok()?;
         let id = loop {
@@ -142,7 +167,7 @@ impl Streams {
                 break id;
             }
         };
-        let queued = Arc::new(AtomicUsize::new(0));
+        let queued = Arc::new(Mutex::new(Queued { bytes: 0, room }));
         let entry = Entry {
             events: tx,
             queued: queued.clone(),
@@ -190,11 +215,15 @@ impl Streams {
         let mut held = self.held.lock().map_err(|_| Lost::Gone)?;
         let entry = held.get(&id).ok_or(Lost::Gone)?;
         let len = event.len();
-        if entry.queued.load(Ordering::Acquire) + len > MAX_QUEUED_BYTES {
+        let fits = entry.queued.lock().is_ok_and(|mut q| {
+            let want = q.bytes + len;
+            want <= MAX_QUEUED_BYTES && q.set(want)
+        });
+        if !fits {
+            // Not read, or no room in the memory budget for more: let go.
             held.remove(&id);
             return Err(Lost::Unread);
         }
-        entry.queued.fetch_add(len, Ordering::AcqRel);
         match entry.events.try_send(event) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -298,6 +327,19 @@ impl Streams {
 mod tests {
     use super::*;
 
+    /// A room without a limit.
+    struct Free;
+
+    impl Room for Free {
+        fn fit(&mut self, _bytes: usize) -> bool {
+            true
+        }
+    }
+
+    fn open() -> Opened {
+        get().open(Box::new(Free)).unwrap()
+    }
+
     fn declared() -> Declared {
         Declared {
             v: "2024-11-05".into(),
@@ -309,7 +351,7 @@ mod tests {
     #[test]
     fn a_stream_is_held_until_its_reader_drops() {
         let streams = get();
-        let opened = streams.open().unwrap();
+        let opened = open();
         let id = opened.id;
         assert!(streams.holds(id));
         assert_eq!(streams.declared(id), None);
@@ -324,7 +366,7 @@ mod tests {
     #[test]
     fn a_stream_holding_too_many_bytes_unread_is_let_go() {
         let streams = get();
-        let opened = streams.open().unwrap();
+        let opened = open();
         let id = opened.id;
         let big = Bytes::from(vec![b'x'; MAX_QUEUED_BYTES / 2]);
         streams.send(id, big.clone()).unwrap();
@@ -339,10 +381,32 @@ mod tests {
         assert!(!streams.holds(id));
     }
 
+    /// A room of so many bytes.
+    struct Limited(usize);
+
+    impl Room for Limited {
+        fn fit(&mut self, bytes: usize) -> bool {
+            bytes <= self.0
+        }
+    }
+
+    #[test]
+    fn a_stream_the_memory_budget_has_no_room_for_is_let_go() {
+        let streams = get();
+        let opened = streams.open(Box::new(Limited(10))).unwrap();
+        let id = opened.id;
+        streams.send(id, Bytes::from_static(b"0123456789")).unwrap();
+        assert_eq!(
+            streams.send(id, Bytes::from_static(b"x")),
+            Err(Lost::Unread)
+        );
+        assert!(!streams.holds(id));
+    }
+
     #[test]
     fn a_request_waits_for_every_answer_once() {
         let streams = get();
-        let opened = streams.open().unwrap();
+        let opened = open();
         let id = opened.id;
         let asked = Asked::new(
             "7".into(),
@@ -395,7 +459,7 @@ mod tests {
     #[test]
     fn an_error_ends_a_request_and_few_requests_wait() {
         let streams = get();
-        let opened = streams.open().unwrap();
+        let opened = open();
         let id = opened.id;
         // An error ends the request and forgets its other questions.
         let asked = Asked::new("8".into(), "tools/call".into(), None, Bytes::new());
@@ -439,7 +503,7 @@ mod tests {
     #[test]
     fn events_come_in_order_and_an_unread_stream_is_let_go() {
         let streams = get();
-        let mut opened = streams.open().unwrap();
+        let mut opened = open();
         let id = opened.id;
         for i in 0..QUEUE {
             streams.send(id, Bytes::from(i.to_string())).unwrap();

@@ -350,12 +350,17 @@ fn answered(
         Answered::Unknown | Answered::Waiting => accepted,
         Answered::Complete(asked) => {
             let answers = asked.answers.clone();
-            body.replace(era::with_input_responses(
-                &asked.body,
-                answers,
-                asked.state.clone(),
-            )?);
-            Ok(Bridged::Retry(asked))
+            match era::with_input_responses(&asked.body, answers, asked.state.clone()) {
+                Ok(retry) => {
+                    body.replace(retry);
+                    Ok(Bridged::Retry(asked))
+                }
+                // The request waits no more: its client gets the error.
+                Err(e) => {
+                    let answer = Answer::json(200, e.body_with_id_text(&asked.id));
+                    Ok(Bridged::Refused(asked.id, answer))
+                }
+            }
         }
         Answered::Refused(asked, error) => {
             let said = error.get("message").and_then(|m| m.as_str()).unwrap_or("");

@@ -30,6 +30,7 @@ use crate::mcp::jsonrpc::code;
 use crate::mcp::media::Media;
 use crate::mcp::{era, jsonrpc, sse};
 use crate::metrics::{self, BridgedStream, TokenOp};
+use crate::net::budget::Holder;
 use crate::proxy::ctx::Ctx;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{pipeline, Edge};
@@ -236,7 +237,9 @@ impl State {
                 let text = String::from_utf8_lossy(&event);
                 if let Some(data) = sse::data(&sse::lines(&text)) {
                     if !data.trim().is_empty() {
-                        self.deliver(one_line(data.as_bytes()));
+                        let message =
+                            answering(one_line(data.as_bytes()), self.id.as_deref(), false);
+                        self.deliver(message);
                     }
                 }
             }
@@ -244,7 +247,7 @@ impl State {
         if self.held.len() > MAX_MESSAGE_BYTES {
             self.held = BytesMut::new();
             self.ends = sse::EventEnds::default();
-            if let Some(id) = self.id.clone() {
+            if let (Some(id), false) = (self.id.clone(), self.answered) {
                 self.send_error(
                     &id,
                     "the server's answer is too large to bridge to an HTTP+SSE stream",
@@ -420,9 +423,13 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
     let messages = route.messages_path.as_deref().ok_or(EdgeError::Internal {
         detail: "a bridged HTTP+SSE route needs messages_path".into(),
     })?;
-    let opened = streams::get().open().ok_or(EdgeError::Internal {
-        detail: "no stream id".into(),
-    })?;
+    // What the stream queues is held against the memory budget (its slot's share is not).
+    let room = a.edge.load.budget.force(Holder::Stream, 0);
+    let opened = streams::get()
+        .open(Box::new(room))
+        .ok_or(EdgeError::Internal {
+            detail: "no stream id".into(),
+        })?;
     let credential = session::binding(a.session.req_header(), a.ctx.request.principal.as_deref());
     let owner = a.ctx.snapshot.fleet.as_deref().and_then(|f| f.this());
     let id = format!("{:016x}", opened.id);

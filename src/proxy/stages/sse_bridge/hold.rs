@@ -16,6 +16,9 @@ use crate::session::streams::Opened;
 /// A held stream's keep-alive comment, written when nothing else was for this long (it also
 /// finds a client that went away without closing).
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// The longest one write to the client may take (a client not reading: its stream, and
+/// what is queued for it, go).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A stream the edge holds for a client, once the request is admitted.
 pub struct Held {
@@ -53,7 +56,7 @@ pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<H
     }
     session
         .downstream_session
-        .set_write_timeout(Some(ctx.snapshot.timeouts.stream_idle));
+        .set_write_timeout(Some(WRITE_TIMEOUT));
     let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
     // Counted with the event streams members hold open (`mcp_edge_active_sse_streams`).
     let _open = OpenStream::count(ctx.labels.era);
