@@ -13,14 +13,15 @@ use prometheus::{
     Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
     TextEncoder,
 };
-use strum::{EnumIter, IntoStaticStr};
 
 use crate::error::ErrorKind;
 pub use crate::mcp::EraLabel;
 
 mod build;
+mod labels;
 mod series;
 
+pub use labels::*;
 pub use series::{MemberSeries, RouteSeries};
 
 pub struct Metrics {
@@ -98,16 +99,6 @@ pub struct TraceMetrics {
     pub spans_dropped: IntCounterVec,
 }
 
-/// Why spans were dropped (the `reason` label of `mcp_edge_trace_spans_dropped_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum SpanDrop {
-    /// The export queue was full: the collector is slower than the traffic, or down.
-    QueueFull,
-    /// The collector refused the export, failed, or did not answer in time.
-    ExportFailed,
-}
-
 /// stdio pools: processes running, starts by result, ends.
 pub struct StdioMetrics {
     pub processes: IntGaugeVec,
@@ -119,24 +110,6 @@ pub struct StdioMetrics {
     pub tree: IntGaugeVec,
     /// stderr bytes over a process's bound, not logged.
     pub stderr_dropped: IntCounterVec,
-}
-
-/// How a stdio server process ended (the `how` label of `mcp_edge_stdio_stops_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum StdioStop {
-    /// It ended on its own (a crash, a signal from outside).
-    Exited,
-    /// Stopped by the edge; everything was gone within the grace of SIGTERM.
-    Sigterm,
-    /// Stopped by the edge; something (the server or what it started) needed SIGKILL.
-    Sigkill,
-    /// It did not answer a ping.
-    Hung,
-    /// It passed `memory_limit_bytes`.
-    MemoryLimit,
-    /// It passed `cpu_seconds_limit` (SIGXCPU).
-    CpuLimit,
 }
 
 /// Pool membership, health checks and discovery.
@@ -167,52 +140,6 @@ pub struct PoolMetrics {
     pub bridged_streams: IntCounterVec,
 }
 
-/// The `event` label of `mcp_edge_bridged_streams_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum BridgedStream {
-    /// A bridged HTTP+SSE client's stream opened here.
-    Opened,
-    /// The client left 256 events or 8 MiB unread: its stream is let go.
-    Lost,
-}
-
-/// The `outcome` label of `mcp_edge_handoffs_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum Handoff {
-    /// Handed to the replica holding its state.
-    Sent,
-    /// Taken from another replica (signed, served here).
-    Received,
-    /// The replica holding its state could not be reached.
-    Unreachable,
-    /// The replica holding its state refused the signed request (its key ring or clock
-    /// disagrees with this one's).
-    Refused,
-}
-
-/// Why the hand-off listener refused a request: the `reason` label of
-/// `mcp_edge_handoffs_refused_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum HopRefused {
-    /// No signature, or one that does not parse.
-    Unsigned,
-    /// Signed with a key the ring does not hold.
-    UnknownKey,
-    /// Outside the window.
-    Stale,
-    /// The signature does not match the request.
-    Forged,
-    /// Its nonce was seen: a forward sent again.
-    Replayed,
-    /// The body is not the one signed.
-    BodyAltered,
-    /// Too many forwards within a generation to remember them all (refused, not served).
-    Busy,
-}
-
 /// The memory budget and its push-back.
 pub struct BudgetMetrics {
     /// The memory budget in force, and what is reserved of it.
@@ -237,102 +164,6 @@ pub struct TlsMetrics {
     /// Handshakes with members that failed (untrusted, expired or wrong-name certificate),
     /// by pool and member.
     pub upstream_failures: IntCounterVec,
-}
-
-/// Why a client's TLS handshake failed (the `reason` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum HandshakeFailure {
-    /// Plain HTTP sent to a TLS port (answered 400).
-    PlainHttp,
-    /// Not complete within `timeouts.request_head_ms`.
-    Timeout,
-    /// Closed to make room in the memory budget.
-    Evicted,
-    /// The handshake itself failed (no common version or cipher, bad record, the client left).
-    Failed,
-}
-
-/// Why the edge refused a session token: the `reason` label of
-/// `mcp_edge_session_token_failures_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum TokenFailure {
-    Malformed,
-    UnknownKey,
-    Forged,
-    Expired,
-    OtherPool,
-    ForeignCredential,
-    MemberGone,
-}
-
-/// What happened to a task id: the `op` label of `mcp_edge_task_ids_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum TaskIdOp {
-    /// An answer named a task: its id was sealed.
-    Sealed,
-    /// A request followed one.
-    Opened,
-    /// A request named one that leads nowhere.
-    Refused,
-}
-
-/// What happened to a token: the `op` label of `mcp_edge_session_tokens_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum TokenOp {
-    Sealed,
-    Opened,
-}
-
-/// The `result` label of `mcp_edge_config_reloads_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum ReloadResult {
-    Success,
-    Failure,
-}
-
-/// What holds a part of the memory budget (the `what` label of its refusals).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum Holder {
-    Connection,
-    Body,
-    Stream,
-}
-
-/// Why a holder was closed to make room in the budget (the `reason` label of evictions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum Eviction {
-    /// A connection that had not completed its first request head.
-    StalledHead,
-    /// An upload that stopped making progress.
-    StalledUpload,
-    /// A kept-alive HTTP/1 connection between requests.
-    IdleConnection,
-}
-
-/// How a request ended: the `outcome` label of `mcp_edge_requests_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr, strum::EnumCount)]
-#[strum(serialize_all = "snake_case")]
-pub enum Outcome {
-    Forwarded,
-    ClientError,
-    /// The client closed the connection or its stream (how MCP cancels; no error).
-    ClientClosed,
-    Rejected,
-    Failed,
-    /// The edge answered it itself (a CORS preflight).
-    Answered,
-}
-
-/// Label value of any of the label enums above.
-pub(crate) fn label<L: Into<&'static str>>(l: L) -> &'static str {
-    l.into()
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build::build() {
