@@ -39,6 +39,21 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 bash scripts/setup.sh --build-only
 cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora --example bench_token
+# mcp-proxy 0.6.0 (crates.io), the MCP gateway the edge is measured beside: built once, with the
+# features its 2026-07-28 support needs, and kept outside the tree (a fresh clone reuses it).
+MCP_PROXY_ROOT="$HOME/.cache/mcp-edge-bench/mcp-proxy-0.6.0"
+if [ ! -x "$MCP_PROXY_ROOT/bin/mcp-proxy" ]; then
+  echo "bench: building mcp-proxy 0.6.0 once (about 5 minutes; cached in $MCP_PROXY_ROOT)"
+  cargo install --quiet mcp-proxy --version 0.6.0 --locked --no-default-features \
+    --features protocol-2026-07-28 --root "$MCP_PROXY_ROOT"
+fi
+# The priced build for bench/instructions.py (every stage's instructions by name): the
+# feature `price-tags` and v0 symbol names, in a target directory of its own so neither build
+# undoes the other (the first one compiles every dependency again: a few minutes, once).
+if [ -z "${1:-}" ] || [ "${1:-}" = "--instructions" ]; then
+  RUSTFLAGS="-C symbol-mangling-version=v0" cargo build --release --quiet --features price-tags \
+    --bin mcp-edge --target-dir target/price-tags
+fi
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt

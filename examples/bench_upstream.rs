@@ -3,7 +3,8 @@
 //!
 //! - any POST answers `{"jsonrpc":"2.0","id":<id>,"result":{...}}` (JSON);
 //! - `tools/list` answers 20 tools, as an SSE event when asked with `x-bench-sse: 1`;
-//! - `initialize` also mints an `Mcp-Session-Id` (so legacy token requests can be measured);
+//! - `initialize` answers a 2025-11-25 `InitializeResult` and mints an `Mcp-Session-Id` (so
+//!   legacy token requests can be measured, and a gateway that initializes its backends starts);
 //! - `subscriptions/listen` answers an SSE stream with one event and holds it open until
 //!   the client goes away (idle-stream memory measurements).
 //!
@@ -113,9 +114,17 @@ async fn serve(stream: TcpStream) -> std::io::Result<()> {
                 } else {
                     String::new()
                 };
-                let out = format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\"content\":[{{\"type\":\"text\",\"text\":\"ok\"}}]}}}}"
-                );
+                let out = if method == "initialize" {
+                    // A 2025-era client (a gateway that speaks it to its backends) checks the
+                    // answer's shape.
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{\"tools\":{{}}}},\"serverInfo\":{{\"name\":\"bench_upstream\",\"version\":\"1\"}}}}}}"
+                    )
+                } else {
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\"content\":[{{\"type\":\"text\",\"text\":\"ok\"}}]}}}}"
+                    )
+                };
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{session}content-length: {}\r\n\r\n{out}",
                     out.len()

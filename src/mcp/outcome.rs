@@ -218,6 +218,31 @@ impl Outcome {
     }
 }
 
+/// A whole JSON answer that holds neither `"error"` nor `"isError"` anywhere ended as the
+/// scan of it would say, without a scan: the scan sets `error_code` only under a top-level
+/// key whose raw bytes are `error`, and `tool_error` only under a key whose raw bytes are
+/// `isError` (keys are compared as written, escapes included), and either key is those
+/// bytes between quotes, contiguous in a whole answer. `None`: one of them is there (in a
+/// key or anywhere else): scan it.
+pub fn whole_json(answer: &[u8]) -> Option<Ended> {
+    let absent = |needle: &[u8]| memchr::memmem::find(answer, needle).is_none();
+    (absent(b"\"error\"") && absent(b"\"isError\"")).then(Ended::default)
+}
+
+/// How many bytes of a string's inside come before its next quote or backslash (all of
+/// `rest` when none does). Most strings of an answer are short (keys, `"text"`, ids): their
+/// first bytes are looked at one by one, and only a longer run goes to the vectorised search,
+/// whose setup costs more than a short string's whole scan.
+fn string_run(rest: &[u8]) -> usize {
+    const SHORT: usize = 16;
+    let head = &rest[..rest.len().min(SHORT)];
+    match head.iter().position(|&b| b == b'"' || b == b'\\') {
+        Some(at) => at,
+        None if rest.len() <= SHORT => rest.len(),
+        None => SHORT + memchr::memchr2(b'"', b'\\', &rest[SHORT..]).unwrap_or(rest.len() - SHORT),
+    }
+}
+
 impl Scan {
     /// A run of bytes; the inside of a string that is not a key is skipped to its next quote
     /// or backslash at once (most of an answer is text in strings).
@@ -228,7 +253,7 @@ impl Scan {
                 // A string's bytes up to its next quote or backslash at once: a value's
                 // skipped, a key's kept (its first bytes: keys compared are short).
                 let rest = &bytes[i..];
-                let at = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+                let at = string_run(rest);
                 if self.in_key {
                     for &b in &rest[..at.min(MAX_KEY + 1)] {
                         self.key.push(b);
@@ -389,6 +414,54 @@ mod tests {
             o.feed_json(chunk);
         }
         o.ended().clone()
+    }
+
+    #[test]
+    fn a_whole_answer_without_the_keys_reads_as_its_scan_would() {
+        let answers = [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[{"type":"text","text":"ok"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"error\""}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"\u0065rror":{"code":5}}"#,
+            r#"{"id":1,"result":{"is\u0045rror":true}}"#,
+            r#"{"error""#,
+            "",
+            "[]",
+        ];
+        let mut skipped = 0;
+        for answer in answers {
+            let scanned = json(answer, answer.len().max(1));
+            if let Some(ended) = whole_json(answer.as_bytes()) {
+                assert_eq!(ended, scanned, "{answer}");
+                skipped += 1;
+            } else {
+                assert!(
+                    answer.contains("\"error\"") || answer.contains("\"isError\""),
+                    "{answer}"
+                );
+            }
+        }
+        assert_eq!(skipped, 6, "the answers without either key are not scanned");
+    }
+
+    #[test]
+    fn a_string_run_ends_where_a_search_of_every_byte_ends() {
+        for len in 0..48 {
+            for stop in [None, Some(b'"'), Some(b'\\')] {
+                for at in 0..=len {
+                    let mut run = vec![b'x'; len];
+                    if let (Some(b), true) = (stop, at < len) {
+                        run[at] = b;
+                    }
+                    let expected = run
+                        .iter()
+                        .position(|&b| b == b'"' || b == b'\\')
+                        .unwrap_or(len);
+                    assert_eq!(string_run(&run), expected, "{len} {stop:?} {at}");
+                }
+            }
+        }
     }
 
     #[test]

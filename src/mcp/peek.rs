@@ -309,6 +309,13 @@ impl<'a> Message<'a> {
         if !echoable || raw.len() > MAX_ID_BYTES {
             return None;
         }
+        // Most ids are small integers: the raw value is valid JSON already (no leading zero,
+        // no sign but `-`), so its digits read as the number serde_json would build.
+        if raw.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(n) = raw.parse::<u64>() {
+                return Some(serde_json::Value::from(n));
+            }
+        }
         match serde_json::from_str::<serde_json::Value>(raw) {
             Ok(v @ (serde_json::Value::String(_) | serde_json::Value::Number(_))) => Some(v),
             _ => None,
@@ -477,6 +484,24 @@ mod tests {
             m.params.claim.as_ref().and_then(Field::as_str),
             Some("2026-07-28")
         );
+    }
+
+    #[test]
+    fn an_id_is_the_value_serde_json_reads() {
+        for id in [
+            "0",
+            "7",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+            "1.5",
+            "1e3",
+            "\"a\"",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            let expected = serde_json::from_str::<serde_json::Value>(id).ok();
+            assert_eq!(single(&body).id_value(), expected, "{id}");
+        }
     }
 
     #[test]

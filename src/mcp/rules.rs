@@ -116,7 +116,11 @@ pub fn check_post(
             check_batch(&batch, modern_header, header_version.as_deref(), policy)
         }
         Body::Single(m) => {
-            let header_version = header(headers, PROTOCOL_VERSION, m.id_value().as_ref())?;
+            // The id goes into the refusal only: not built for a request that passes.
+            let header_version = header(headers, PROTOCOL_VERSION, None).map_err(|mut r| {
+                r.id = m.id_value();
+                r
+            })?;
             check_single(headers, &m, header_version.as_deref(), policy)
         }
     }

@@ -8,7 +8,8 @@
 //! [`super::stages::State`]).
 //!
 //! Stage calls are resolved at compile time: a stage that does nothing in a phase costs
-//! nothing there.
+//! nothing there. Each call goes through [`priced`], which the benchmark's priced build keeps
+//! out of line to count each stage's instructions (`bench/instructions.py`).
 
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -19,6 +20,8 @@ use super::stage::{Admission, Flow, Outbound, Stage};
 use super::stages::*;
 use super::Edge;
 use crate::error::Rejection;
+
+mod priced;
 
 /// Declares each phase's list, in order, and the function that runs it.
 macro_rules! pipeline {
@@ -48,7 +51,7 @@ macro_rules! pipeline {
         pub async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
             let mut once_admitted = None;
             $(
-                match <$request as Stage>::request(a).await? {
+                match priced::request::<$request>(a).await? {
                     Flow::Next => {}
                     Flow::AnswerOnceAdmitted(answer) => once_admitted = Some(Flow::Answer(answer)),
                     Flow::Hold(held) => once_admitted = Some(Flow::Hold(held)),
@@ -59,22 +62,22 @@ macro_rules! pipeline {
         }
 
         pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
-            $(<$attempt as Stage>::attempt(ctx, edge);)*
+            $(priced::attempt::<$attempt>(ctx, edge);)*
         }
 
         pub fn attempt_failed(ctx: &mut Ctx, error: &pingora::Error) {
-            $(<$failed as Stage>::attempt_failed(ctx, error);)*
+            $(priced::attempt_failed::<$failed>(ctx, error);)*
         }
 
         pub fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
-            $(<$upstream as Stage>::upstream_request(o)?;)*
+            $(priced::upstream_request::<$upstream>(o)?;)*
             Ok(())
         }
 
         /// The upstream request of a request handed to the replica holding its state: the
         /// request as the client sent it (that replica runs the stages), signed.
         pub fn relay(o: &mut Outbound<'_>) -> pingora::Result<()> {
-            $(<$relay as Stage>::upstream_request(o)?;)*
+            $(priced::upstream_request::<$relay>(o)?;)*
             Ok(())
         }
 
@@ -83,7 +86,7 @@ macro_rules! pipeline {
             ctx: &mut Ctx,
             edge: &Edge,
         ) -> pingora::Result<()> {
-            $(<$response as Stage>::response(head, ctx, edge)?;)*
+            $(priced::response::<$response>(head, ctx, edge)?;)*
             Ok(())
         }
 
@@ -92,17 +95,17 @@ macro_rules! pipeline {
             end: bool,
             ctx: &mut Ctx,
         ) -> pingora::Result<()> {
-            $(<$body as Stage>::response_body(body, end, ctx)?;)*
+            $(priced::response_body::<$body>(body, end, ctx)?;)*
             Ok(())
         }
 
         pub fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
-            $(<$answer as Stage>::answer(head, body, ctx)?;)*
+            $(priced::answer::<$answer>(head, body, ctx)?;)*
             Ok(())
         }
 
         pub fn logging(session: &Session, ctx: &mut Ctx) {
-            $(<$logging as Stage>::logging(session, ctx);)*
+            $(priced::logging::<$logging>(session, ctx);)*
         }
     };
 }

@@ -109,9 +109,11 @@ impl Stage for Legacy {
                 o.head
                     .insert_header(SESSION_ID, sticky.upstream_id.as_str())?;
             }
-            _ => {
-                o.head.remove_header(SESSION_ID);
+            // Most requests carry none: looked up by a name parsed once, not at each request.
+            _ if o.head.headers.contains_key(&SESSION_ID_NAME) => {
+                o.head.remove_header(&SESSION_ID_NAME);
             }
+            _ => {}
         }
         match sticky {
             Some(sticky) if endpoint.kind == EndpointKind::Messages => {
@@ -227,12 +229,15 @@ fn restore_query(
     super::route::set_target(head, &target)
 }
 
+/// `Mcp-Session-Id`, parsed at compile time for lookups.
+const SESSION_ID_NAME: http::HeaderName = http::HeaderName::from_static(SESSION_ID);
+
 /// Replace a member's `Mcp-Session-Id` with a token (or the client's own token, when the
 /// member repeats the identifier the client's token carries).
 fn seal_session_header(resp: &mut ResponseHeader, ctx: &Ctx) -> pingora::Result<()> {
     let Some(raw) = resp
         .headers
-        .get(SESSION_ID)
+        .get(&SESSION_ID_NAME)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     else {
         return Ok(());

@@ -20,6 +20,9 @@ use crate::proxy::Edge;
 #[derive(Default)]
 pub struct State {
     scan: Option<Box<(Scan, Media)>>,
+    /// A JSON answer's `Content-Length`, until its first chunk: a first chunk that is the
+    /// whole answer may be read at once ([`crate::mcp::outcome::whole_json`]).
+    whole: Option<usize>,
 }
 
 pub struct Outcome;
@@ -27,11 +30,17 @@ pub struct Outcome;
 impl Stage for Outcome {
     const NAME: &'static str = "outcome";
 
-    fn response(_head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
+    fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
         let media = ctx.response.media;
         let readable = matches!(media, Media::Json | Media::EventStream) && !ctx.response.encoded;
         if readable && answers_request(ctx) && !ctx.stages.limits.long_lived() {
             ctx.stages.outcome.scan = Some(Box::new((Scan::new(), media)));
+            if media == Media::Json {
+                ctx.stages.outcome.whole = head
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok());
+            }
         }
         Ok(())
     }
@@ -42,6 +51,17 @@ impl Stage for Outcome {
             return Ok(());
         };
         let (scan, media) = scan;
+        let whole = ctx.stages.outcome.whole.take();
+        if whole == Some(chunk.len()) {
+            if let Some(ended) = crate::mcp::outcome::whole_json(chunk) {
+                // The whole answer in one chunk, and nothing in it the scan looks for.
+                ctx.stages.outcome.scan = None;
+                if ended != ctx.response.ended {
+                    ctx.response.ended = ended;
+                }
+                return Ok(());
+            }
+        }
         match media {
             Media::EventStream => scan.feed_event_stream(chunk),
             _ => scan.feed_json(chunk),
