@@ -42,13 +42,18 @@ PARTS = [
 
 def measure(h, work, name, cmd, url, scripts):
     """One proxy under callgrind: for each `(label, script)` of `scripts(port)`, a warm-up, then
-    the counters zeroed, a measured wrk run, and a dump. Returns label -> figures."""
+    the counters zeroed, a measured wrk run, and a dump. Returns label -> figures (`scripts` a
+    single script: its figures)."""
     out = os.path.join(work, f"callgrind-{name}")
     for f in glob.glob(out + "*"):
         os.remove(f)
     proc = h.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd[0]], **cmd[1])
     h.wait_port(cmd[2], timeout=180)
     results = {}
+    if isinstance(scripts, str):
+        # One script (bench/tracing.py): its figures alone.
+        script = scripts
+        return measure(h, work, name, cmd, url, lambda _port: [("one", script)])["one"]
     for k, (label, script) in enumerate(scripts(cmd[2]), start=1):
         def wrk(secs):
             r = subprocess.run(["wrk", "-t1", f"-c{CONNS}", f"-d{secs}s", "-s", script, url],
