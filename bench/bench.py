@@ -21,6 +21,7 @@ import urllib.request
 import identity
 import instructions
 import handoff
+import peers
 import stdio
 import tls
 import ratelimit
@@ -31,7 +32,8 @@ REL = os.path.join(ROOT, "target", "release")
 QUICK = "--quick" in sys.argv
 # Under CI a part that could not run fails the run instead of being left out.
 IN_CI = os.environ.get("CI", "") not in ("", "0", "false", "False", "FALSE")
-DURATION = 2 if QUICK else 10
+# `--peers` alone: 5 s rounds (the full run's are 10 s).
+DURATION = 2 if QUICK else 5 if "--peers" in sys.argv else 10
 ROUNDS = 1 if QUICK else 3
 # P4 holds the same number of idle streams through every proxy, with mcp-edge on its
 # production defaults: `limits.max_streams` = 4,000 and a 256 MiB memory budget (no container
@@ -192,25 +194,6 @@ def serving_pid(proc):
     return int(kids[0]) if proc.args[0] == "nginx" and kids else proc.pid
 
 
-def legacy_session(url):
-    """A 2025-11-25 session at `url` (initialize, then `notifications/initialized`): its id."""
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    init = urllib.request.Request(url, method="POST", headers=headers, data=json.dumps({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "bench", "version": "1"}}}).encode())
-    with urllib.request.urlopen(init, timeout=30) as r:
-        session = r.headers["Mcp-Session-Id"]
-        r.read()
-    if not session:
-        sys.exit(f"{url}: initialize gave no Mcp-Session-Id")
-    note = urllib.request.Request(url, method="POST", data=json.dumps(
-        {"jsonrpc": "2.0", "method": "notifications/initialized"}).encode(),
-        headers={**headers, "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": session})
-    urllib.request.urlopen(note, timeout=30).read()
-    return session
-
-
 def terminated(*_):
     cleanup()
     sys.exit("bench: terminated")
@@ -243,6 +226,8 @@ def main():
                                lambda: tracing.run(sys.modules[__name__], work, start_upstream())),
                  "--rate-limits": ("ratelimit", ratelimit,
                                    lambda: ratelimit.run(sys.modules[__name__], work, start_upstream())),
+                 "--peers": ("peers", __import__("types").SimpleNamespace(block=peers.part),
+                             lambda: peers.run(sys.modules[__name__], work)),
                  "--instructions": ("instructions", instructions,
                                     lambda: instructions.run(sys.modules[__name__], work, start_upstream()))}
         for flag, (key, module, part) in parts.items():
@@ -279,19 +264,12 @@ EDGES = {"mcp-edge": "", "mcp-edge (log off)": "\n[access_log]\nenabled = false\
 # cost is measured against (examples/plain_pingora.rs).
 # "mcp-proxy": the Rust MCP gateway mcp-proxy 0.6.0 from crates.io (it terminates MCP: it
 # initializes its backend with 2025-11-25 and calls it in that session), built once by
-# bench/run.sh into MCP_PROXY.
+# bench/run.sh (bench/peers.py).
 PROXIES = (*EDGES, "nginx", "haproxy", "plain pingora", "fair pingora", "mcp-proxy")
 # The TS SDK server's rows: the proxies a user would pick instead, at 16 and 64 connections
 # (the server, not the proxy, is the limit at 1).
 TS_PROXIES = ("mcp-edge", "fair pingora", "nginx", "haproxy", "mcp-proxy")
 TS_CONNS = (16, 64)
-# The path each target serves MCP on (mcp-proxy: its root).
-PATHS = {"mcp-proxy": "/"}
-MCP_PROXY = os.path.expanduser("~/.cache/mcp-edge-bench/mcp-proxy-0.6.0/bin/mcp-proxy")
-
-
-def url_of(ports, name):
-    return f"http://127.0.0.1:{ports[name]}{PATHS.get(name, '/mcp')}"
 P4_PROXIES = ("mcp-edge", "nginx", "haproxy", "plain pingora")
 
 
@@ -343,42 +321,19 @@ http {{\n  access_log off;\n  upstream u {{ server 127.0.0.1:{upstream}; keepali
   default_backend b\nbackend b\n  server s1 127.0.0.1:{upstream}\n""")
     haproxy = start(["haproxy", "-f", haproxy_conf, "-db"])
     pingora = start([os.path.join(REL, "examples", "plain_pingora"), str(ports["plain pingora"]), str(upstream)])
-    fair = start(fair_command(work, tag, ports["fair pingora"], upstream))
-    mcp_proxy = start_mcp_proxy(work, tag, ports["mcp-proxy"], upstream)
+    fair = start(peers.fair_command(sys.modules[__name__], work, tag, ports["fair pingora"], upstream))
+    mcp_proxy = peers.start_mcp_proxy(sys.modules[__name__], work, tag, ports["mcp-proxy"], upstream)
     for p in ports.values():
         wait_port(p)
     return ports, {**pids, "nginx": nginx, "haproxy": haproxy, "plain pingora": pingora, "fair pingora": fair,
                    "mcp-proxy": mcp_proxy}
 
 
-def start_mcp_proxy(work, tag, port, upstream):
-    """mcp-proxy in front of `upstream`, as a platform team would run it for this: one backend,
-    tools under their own names (no namespace), its logging at `error`, metrics and access log
-    off, one Tokio worker like the other proxies. The bench's mock server has no `echo` tool: an
-    alias names one of its tools so (mcp-proxy refuses a tool its backend did not list)."""
-    conf = os.path.join(work, f"mcp-proxy-{tag}.toml")
-    alias = '[[backends.aliases]]\nfrom = "team_a_tool_0"\nto = "echo"\n' if tag == "mock" else ""
-    with open(conf, "w") as f:
-        f.write(f"""[proxy]\nname = "bench"\nseparator = ""\n\n[proxy.listen]\nhost = "127.0.0.1"\nport = {port}\n
-[[backends]]\nname = ""\ntransport = "http"\nurl = "http://127.0.0.1:{upstream}/mcp"\n{alias}
-[observability]\nlog_level = "error"\naudit = false\njson_logs = false\n
-[observability.metrics]\nenabled = false\n\n[observability.access_log]\nenabled = false\n""")
-    if not os.path.exists(MCP_PROXY):
-        sys.exit(f"mcp-proxy: {MCP_PROXY} is missing (bash bench/run.sh installs it)")
-    return start([MCP_PROXY, "-c", conf], env={**os.environ, "TOKIO_WORKER_THREADS": "1"})
-
-
-def fair_command(work, tag, port, upstream):
-    """Plain Pingora with the edge's non-MCP work: its access log a file, as the edge's."""
-    return [os.path.join(REL, "examples", "plain_pingora"), str(port), str(upstream),
-            "--fair", os.path.join(LOGS, f"fair-pingora-{tag}-access.log")]
-
-
 def run(work, results):
     upstream = start_upstream()
     ports, pids = start_proxies(work, upstream, "mock")
     url = lambda port: f"http://127.0.0.1:{port}/mcp"
-    targets = {"direct": url(upstream), **{n: url_of(ports, n) for n in PROXIES}}
+    targets = {"direct": url(upstream), **{n: peers.url_of(ports, n) for n in PROXIES}}
     modern = lua(os.path.join(work, "modern.lua"), CALL,
                  {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"})
     # P1 / P2: a 1 KiB tools/call at concurrency 1, 16 and 64.
@@ -474,27 +429,7 @@ def run(work, results):
     # Realism: the official TypeScript SDK server behind each proxy.
     node_dir = os.path.join(ROOT, "tests", "peers")
     if os.path.isdir(os.path.join(node_dir, "node_modules")):
-        # v2-session: 2026-07-28 requests to the strict modern handler, as `modern` does, and
-        # 2025-era sessions for mcp-proxy, which initializes its backend in that revision.
-        ts = start(["node", "ts-server.mjs", "--mode", "v2-session", "--instance", "ts", "--port", "0"], cwd=node_dir)
-        ts_port = int(ts.stdout.readline().split()[1])
-        ts_ports, ts_pids = start_proxies(work, ts_port, "ts")
-        ts_targets = {"direct": url(ts_port), **{n: url_of(ts_ports, n) for n in TS_PROXIES}}
-        results["ts"] = {f"c{conns}": measure(ts_targets, modern, conns,
-                                              {n: serving_pid(ts_pids[n]) for n in TS_PROXIES})
-                         for conns in TS_CONNS}
-        # mcp-proxy calls the server in one 2025-11-25 session whatever revision its client
-        # speaks; the same calls in a session, direct and through the edge, for comparison.
-        ts_legacy = {}
-        for name, target in (("direct", url(ts_port)), ("mcp-edge", url(ts_ports["mcp-edge"]))):
-            script = lua(os.path.join(work, f"ts-legacy-{name}.lua"), LEGACY_CALL,
-                         {"MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": legacy_session(target)})
-            ts_legacy[name] = (target, script)
-        results["ts_session"] = {
-            f"c{conns}": measure({n: t for n, (t, _) in ts_legacy.items()}, None, conns,
-                                 {"mcp-edge": serving_pid(ts_pids["mcp-edge"])},
-                                 scripts={n: sc for n, (_, sc) in ts_legacy.items()})
-            for conns in TS_CONNS}
+        ts_rows(work, results, modern)
         # stdio pools: the same server over stdio against over HTTP (bench/stdio.py).
         results["stdio"] = stdio.run(sys.modules[__name__], work)
         # Hand-off: a request handed to the replica holding its state (bench/handoff.py).
@@ -503,6 +438,34 @@ def run(work, results):
         sys.exit("TS SDK server: tests/peers/node_modules is missing (bash scripts/setup.sh installs it)")
     else:
         print("skipped: the TS SDK server row (tests/peers/node_modules is missing; bash scripts/setup.sh installs it)")
+
+
+def ts_rows(work, results, modern):
+    """The official TS SDK server behind the proxies a user would pick (`results["ts"]`), and
+    the same call in a 2025-11-25 session direct and through the edge (`results["ts_session"]`)."""
+    url = lambda port: f"http://127.0.0.1:{port}/mcp"
+    # v2-session: 2026-07-28 requests to the strict modern handler, as `modern` does, and
+    # 2025-era sessions for mcp-proxy, which initializes its backend in that revision.
+    ts = start(["node", "ts-server.mjs", "--mode", "v2-session", "--instance", "ts", "--port", "0"],
+               cwd=os.path.join(ROOT, "tests", "peers"))
+    ts_port = int(ts.stdout.readline().split()[1])
+    ts_ports, ts_pids = start_proxies(work, ts_port, "ts")
+    ts_targets = {"direct": url(ts_port), **{n: peers.url_of(ts_ports, n) for n in TS_PROXIES}}
+    results["ts"] = {f"c{conns}": measure(ts_targets, modern, conns,
+                                          {n: serving_pid(ts_pids[n]) for n in TS_PROXIES})
+                     for conns in TS_CONNS}
+    # mcp-proxy calls the server in one 2025-11-25 session whatever revision its client
+    # speaks; the same calls in a session, direct and through the edge, for comparison.
+    ts_legacy = {}
+    for name, target in (("direct", url(ts_port)), ("mcp-edge", url(ts_ports["mcp-edge"]))):
+        script = lua(os.path.join(work, f"ts-legacy-{name}.lua"), LEGACY_CALL,
+                     {"MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": peers.legacy_session(target)})
+        ts_legacy[name] = (target, script)
+    results["ts_session"] = {
+        f"c{conns}": measure({n: t for n, (t, _) in ts_legacy.items()}, None, conns,
+                             {"mcp-edge": serving_pid(ts_pids["mcp-edge"])},
+                             scripts={n: sc for n, (_, sc) in ts_legacy.items()})
+        for conns in TS_CONNS}
 
 
 def ratios(r):
@@ -527,33 +490,6 @@ def ratios(r):
     fair = c64["fair pingora"]["cpu_us"] - c64["plain pingora"]["cpu_us"]
     out.append(f"| the fair floor's own work: fair / plain Pingora | – "
                f"| {c64['fair pingora']['rps'] / c64['plain pingora']['rps']:.2f}× | – | – | {fair:+.1f} µs |")
-    return "\n".join(out)
-
-
-def peers(r):
-    """mcp-edge (production defaults) beside what a platform team would deploy instead, at
-    each concurrency, against both upstreams: throughput, added p50 and p99, CPU per request."""
-    names = ("mcp-edge", "mcp-proxy", "nginx", "haproxy", "fair pingora")
-    out = ["mcp-edge beside the peers a user would pick (req/s · added p50 · added p99 · proxy CPU per "
-           "request; added = the proxy's percentile minus direct's in the same run)", "",
-           "| upstream, connections | " + " | ".join(names) + " | mcp-edge / mcp-proxy throughput | "
-           "mcp-edge / mcp-proxy CPU |", "|---|" + "---|" * (len(names) + 2)]
-    rows = [("fast mock", c, r[c]) for c in ("c1", "c16", "c64")]
-    rows += [("TS SDK server", c, t) for c, t in r.get("ts", {}).items()]
-    for upstream, c, t in rows:
-        cell = lambda n: (f"{t[n]['rps']:,.0f} · {t[n]['p50'] - t['direct']['p50']:+,.0f} µs · "
-                          f"{t[n]['p99'] - t['direct']['p99']:+,.0f} µs · {t[n]['cpu_us']:.1f} µs")
-        out.append(f"| {upstream}, {c[1:]} | " + " | ".join(cell(n) for n in names)
-                   + f" | {t['mcp-edge']['rps'] / t['mcp-proxy']['rps']:.2f}× "
-                   f"| {t['mcp-edge']['cpu_us'] / t['mcp-proxy']['cpu_us']:.2f}× |")
-    if "ts_session" in r:
-        out += ["", "The TS SDK server, the same call in a 2025-11-25 session (what mcp-proxy sends it "
-                "whatever its client speaks): direct and through mcp-edge", "",
-                "| connections | direct req/s | mcp-edge req/s · added p50 · CPU per request |", "|---|---|---|"]
-        for c, t in r["ts_session"].items():
-            e = t["mcp-edge"]
-            out.append(f"| {c[1:]} | {t['direct']['rps']:,.0f} | {e['rps']:,.0f} · "
-                       f"{e['p50'] - t['direct']['p50']:+,.0f} µs · {e['cpu_us']:.1f} µs |")
     return "\n".join(out)
 
 
@@ -609,7 +545,7 @@ def report(r):
     if not QUICK and os.path.exists(micro):
         head += "\nmicro-benchmarks (cargo bench --bench tokens, --bench inspect, same run):\n\n```\n" \
             + open(micro).read().strip() + "\n```\n"
-    block = ratios(r) + "\n\n" + peers(r)
+    block = ratios(r) + "\n\n" + peers.block(r)
     if "tls" in r:
         block += "\n\n" + tls.block(r["tls"])
     if "identity" in r:

@@ -17,6 +17,8 @@ import re
 import subprocess
 import urllib.request
 
+import peers
+
 # wrk connections and seconds under callgrind (the proxy runs ~50x slower there).
 CONNS = 16
 WARM_UP = 3
@@ -67,10 +69,11 @@ def measure(h, work, name, cmd, url, scripts):
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
         if not done or int(done.group(1)) == 0:
             raise SystemExit(f"instructions: no request completed through {name} ({label})")
-        results[label] = figures(f"{out}.{k}", int(done.group(1)))
+        results[label] = (f"{out}.{k}", int(done.group(1)))
+    # A dump is complete once the process has ended (callgrind_control may return first).
     proc.terminate()
     proc.wait()
-    return results
+    return {label: figures(dump, requests) for label, (dump, requests) in results.items()}
 
 
 def figures(dump, requests):
@@ -122,7 +125,7 @@ def run(h, work, upstream):
     plain = ([os.path.join(h.REL, "examples", "plain_pingora"), str(port), str(upstream)], {}, port)
     results["plain pingora"] = measure(h, work, "plain", plain, f"http://127.0.0.1:{port}/mcp", modern)["modern"]
     port = h.free_port()
-    fair = (h.fair_command(work, "instructions", port, upstream), {}, port)
+    fair = (peers.fair_command(h, work, "instructions", port, upstream), {}, port)
     results["fair pingora"] = measure(h, work, "fair", fair, f"http://127.0.0.1:{port}/mcp", modern)["modern"]
 
     def both(port):

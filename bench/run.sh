@@ -10,6 +10,7 @@
 #        bash bench/run.sh --stdio        (only a stdio pool against the same server over HTTP, bench/stdio.py)
 #        bash bench/run.sh --handoff      (only a request handed to the replica holding its state against one served there, bench/handoff.py)
 #        bash bench/run.sh --instructions (only instructions per request under callgrind, bench/instructions.py)
+#        bash bench/run.sh --peers        (only P1/P2 through every proxy at 1/16/64 connections and the TS SDK server rows, 5 s rounds, bench/peers.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,7 +58,7 @@ fi
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt
-if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--handoff" ] && [ "${1:-}" != "--instructions" ]; then
+if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--handoff" ] && [ "${1:-}" != "--instructions" ] && [ "${1:-}" != "--peers" ]; then
   cargo bench --quiet --bench tokens | tee -a bench/results/micro.txt
   cargo bench --quiet --bench inspect | tee -a bench/results/micro.txt
 fi
