@@ -6,7 +6,14 @@
 # Secret in any rendered build, the TLS example's Certificate against the Secret volume, ports and
 # listener it must match, and the ConfigMaps' embedded mcp-edge.toml (as files and as rendered by
 # each build) with `mcp-edge --check`; TLS listeners are checked against a throwaway certificate
-# made with openssl.
+# made with openssl. Then the Helm chart deploy/helm/mcp-edge, with Helm itself (helm-python-sdk:
+# Helm 4's Go SDK, no helm binary; scripts/check-helm.py): helm lint, a render for the default
+# values and every examples/*.yaml, each validated like the kustomize builds and its
+# mcp-edge.toml --checked, the default render equal to deploy/base (the cert-manager and Redis
+# examples to deploy/examples/tls and redis), the README's values table against values.yaml,
+# the schema against docs/configuration.md, checks that must fail (a broken template, values
+# the schema refuses, a config the edge refuses), and `helm package` into target/helm/ (the CI
+# artifact) with appVersion = the crate's version.
 #
 #   bash scripts/check-ops.sh
 #
@@ -246,7 +253,9 @@ for k in sorted(found):
             print(os.path.normpath(os.path.join(os.path.dirname(k), e)))
 EOF
 )
-mapfile -t manifests < <(find deploy -path "$VENV" -prune -o -type f \( -name '*.yaml' -o -name '*.yml' \) \
+# The Helm chart's files are templates and values, not manifests: its renders are validated in
+# the Helm section below.
+mapfile -t manifests < <(find deploy \( -path "$VENV" -o -path deploy/helm \) -prune -o -type f \( -name '*.yaml' -o -name '*.yml' \) \
     ! -name kustomization.yaml ! -name kustomization.yml -print | sort \
     | grep -vxF -f <(printf '%s\n' "${patchfiles[@]}" "/nonexistent"))
 [ "${#manifests[@]}" -gt 0 ] || fail "no Kubernetes manifest found under deploy/"
@@ -580,6 +589,154 @@ else
             *) fail "${KUSTOMIZE[*]} $dir: rendered ConfigMap TOML with $BIN --check" ;;
         esac
     done
+fi
+
+# ---- the Helm chart ------------------------------------------------------------------------
+
+CHART=deploy/helm/mcp-edge
+HELM=("$PY" scripts/check-helm.py)
+section "Helm chart ($CHART; Helm $("$PY" -c 'import helm_python as h; print(h.helm_sdk_version(), "through helm-python-sdk", h.__version__)'))"
+
+# helm lint, with the default values and with each example's.
+if "${HELM[@]}" lint "$CHART" "$CHART"/examples/*.yaml; then
+    pass "helm lint $CHART: no warning or error (default values and every example)"
+else
+    fail "helm lint $CHART"
+fi
+if "${HELM[@]}" values-table "$CHART"; then
+    pass "$CHART/README.md: the values table documents every key of values.yaml, no other, with its default"
+else
+    fail "$CHART/README.md: the values table against values.yaml"
+fi
+if "${HELM[@]}" schema-docs "$CHART" docs/configuration.md; then
+    pass "$CHART/values.schema.json: the config tables' keys are docs/configuration.md's"
+else
+    fail "$CHART/values.schema.json against docs/configuration.md"
+fi
+
+# Render (values.schema.json first), validate every object like the kustomize builds' (custom
+# resources aside), no Secret, the objects agree with the mcp-edge.toml they carry.
+# helm_render NAME VALUES OUT [render options]: 0 when it rendered and validated.
+helm_render() {
+    local label=$1 values=$2 out=$3
+    shift 3
+    if ! "${HELM[@]}" render "$CHART" "$values" "$out" "$@" >"$WORK/helm-render.out" 2>&1; then
+        cat "$WORK/helm-render.out"
+        fail "helm template $CHART ($label)"
+        return 1
+    fi
+    cat "$WORK/helm-render.out"
+    if validate "$out.core.yaml" >"$WORK/kv.out" 2>&1; then
+        pass "helm template $CHART ($label): $(head -n1 "$WORK/helm-render.out" | cut -d: -f1), each built-in one valid (--strict), no Secret, ports/names/mounts match its mcp-edge.toml"
+    else
+        cat "$WORK/kv.out"
+        fail "helm template $CHART ($label): rendered objects"
+        return 1
+    fi
+}
+helm_renders=()
+for values in - "$CHART"/examples/*.yaml; do
+    if [ "$values" = - ]; then name=default; else name=$(basename "$values" .yaml); fi
+    out="$WORK/helm-$name.yaml"
+    with=()
+    # An example's own manifests (e.g. the ConfigMap of existing-configmap) go with its render.
+    if [ -f "$CHART/examples/manifests/$name.yaml" ]; then
+        with=(--with "$CHART/examples/manifests/$name.yaml")
+    fi
+    if helm_render "${values/#-/default values}" "$values" "$out" "${with[@]}"; then
+        helm_renders+=("$out")
+    fi
+done
+# Another release name: every name derives from it.
+helm_render "default values, release team-a" - "$WORK/helm-team-a.yaml" --name team-a --namespace team-a || true
+
+# The default render is deploy/base; the cert-manager and Redis examples are the kustomize ones.
+for pair in "default:deploy/base" "cert-manager:deploy/examples/tls" "redis:deploy/examples/redis"; do
+    name=${pair%%:*}
+    dir=${pair#*:}
+    kout="$WORK/$(echo "$dir" | tr / _).yaml"
+    if [ ! -s "$WORK/helm-$name.yaml" ] || [ ! -s "$kout" ]; then
+        fail "helm template ($name) against ${KUSTOMIZE[*]} $dir: one of the two did not render (see above)"
+    elif "${HELM[@]}" compare "$WORK/helm-$name.yaml" "$kout"; then
+        pass "helm template ($name) and ${KUSTOMIZE[*]} $dir: the same objects (kinds, names, ports, probes, security context, resources, every other field)"
+    else
+        fail "helm template ($name) against ${KUSTOMIZE[*]} $dir"
+    fi
+done
+
+# Every render's mcp-edge.toml, as the edge reads it.
+if [ -z "$BIN" ]; then
+    skip "no target/debug/mcp-edge or target/release/mcp-edge: the chart's mcp-edge.toml not --checked"
+else
+    for out in "${helm_renders[@]}"; do
+        rc=0
+        "$PY" "$WORK/check-toml.py" "$BIN" "$WORK" "${TLS_CERTS:-}" build "$out" \
+            | sed "s|^$WORK/helm-\([^:]*\).yaml|helm template (\1)|" || rc=${PIPESTATUS[0]}
+        label=$(basename "$out" .yaml)
+        case $rc in
+            0) pass "helm template (${label#helm-}): mcp-edge.toml passes $BIN --check" ;;
+            3) skip "helm template (${label#helm-}): TLS listener TOML not --checked (no throwaway certificate)" ;;
+            *) fail "helm template (${label#helm-}): mcp-edge.toml with $BIN --check" ;;
+        esac
+    done
+fi
+
+section "Helm chart: checks that must fail"
+# Each check above must be able to fail: a broken template fails lint and render, values the
+# schema refuses fail the render, a config the edge refuses fails --check, a key missing from
+# the README fails the values table. Each on a copy of the chart in the temp dir.
+# expect_failure LABEL PATTERN COMMAND...: COMMAND must fail, saying PATTERN (grep -E).
+expect_failure() {
+    local label=$1 pattern=$2 rc=0
+    shift 2
+    "$@" >"$WORK/neg.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        cat "$WORK/neg.out"
+        fail "$label: the check passed"
+    elif grep -Eq "$pattern" "$WORK/neg.out"; then
+        pass "$label: fails as it must ($(grep -Em1 "$pattern" "$WORK/neg.out" | sed 's/^ *//' | cut -c1-110))"
+    else
+        cat "$WORK/neg.out"
+        fail "$label: failed, but not with /$pattern/"
+    fi
+}
+BROKEN="$WORK/broken/mcp-edge"
+mkdir -p "$WORK/broken"
+cp -r "$CHART" "$BROKEN"
+printf '{{- if .Values.image }}\n' >>"$BROKEN/templates/deployment.yaml"
+expect_failure "helm lint, a template with an unclosed {{ if }}" "deployment.yaml.*(unexpected EOF|parse error)|parse error.*deployment.yaml" \
+    "${HELM[@]}" lint "$BROKEN"
+expect_failure "helm template, a template with an unclosed {{ if }}" "deployment.yaml" \
+    "${HELM[@]}" render "$BROKEN" - "$WORK/neg-render.yaml"
+printf 'image:\n  repo: registry.example.com/mcp-edge\n' >"$WORK/neg-values-image.yaml"
+expect_failure "helm template, values with a typo (image.repo)" "additional propert.*'repo'" \
+    "${HELM[@]}" render "$CHART" "$WORK/neg-values-image.yaml" "$WORK/neg-render.yaml"
+printf 'config:\n  server:\n    thread: 4\n' >"$WORK/neg-values-config.yaml"
+expect_failure "helm template, an mcp-edge.toml key with a typo (config.server.thread)" "additional propert.*'thread'" \
+    "${HELM[@]}" render "$CHART" "$WORK/neg-values-config.yaml" "$WORK/neg-render.yaml"
+if [ -z "$BIN" ]; then
+    skip "no mcp-edge binary: the expected failure of a config the edge refuses not run"
+else
+    printf 'config:\n  routes:\n    - path: /mcp\n      pool: nowhere\n' >"$WORK/neg-values-edge.yaml"
+    if "${HELM[@]}" render "$CHART" "$WORK/neg-values-edge.yaml" "$WORK/neg-edge.yaml" >"$WORK/neg.out" 2>&1; then
+        expect_failure "mcp-edge --check, a render whose route names no pool (the schema accepts it)" "unknown pool 'nowhere'" \
+            "$PY" "$WORK/check-toml.py" "$BIN" "$WORK" "${TLS_CERTS:-}" build "$WORK/neg-edge.yaml"
+    else
+        cat "$WORK/neg.out"
+        fail "helm template with a route to an unknown pool: the render itself failed"
+    fi
+fi
+sed -i 's/^logLevel: info$/logLevel: info\nundocumentedKey: 1/' "$BROKEN/values.yaml"
+expect_failure "values table, a values.yaml key the README does not document" "undocumentedKey" \
+    "${HELM[@]}" values-table "$BROKEN"
+
+section "Helm chart: package (target/helm/)"
+# The CI artifact: the chart packaged by Helm, appVersion = Cargo.toml's version.
+rm -f target/helm/*.tgz
+if "${HELM[@]}" package "$CHART" target/helm Cargo.toml; then
+    pass "helm package $CHART → $(ls target/helm/*.tgz): appVersion = the crate's version, loads, lints and renders as the directory"
+else
+    fail "helm package $CHART"
 fi
 
 printf '\ncheck-ops: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
