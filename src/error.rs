@@ -107,6 +107,7 @@ pub enum ErrorKind {
     StdioUnresponsive,
     HopRefused,
     ReplicaUnknown,
+    PoolBusy,
 }
 
 impl ErrorKind {
@@ -231,6 +232,10 @@ pub enum EdgeError {
     /// A legacy session token names a replica this one has never known (too new to have
     /// been resolved yet): nothing was sent; the client may retry shortly.
     ReplicaUnknown,
+    /// Every member the request may go to holds `max_in_flight` (or
+    /// `max_streams_per_member`), and the pool's queue was full or the wait ran out
+    /// (`waited_ms`: 0 when it could not queue): nothing was sent.
+    PoolBusy { pool: String, waited_ms: u64 },
 }
 
 impl EdgeError {
@@ -277,6 +282,7 @@ impl EdgeError {
             EdgeError::StdioUnresponsive => ErrorKind::StdioUnresponsive,
             EdgeError::HopRefused { .. } => ErrorKind::HopRefused,
             EdgeError::ReplicaUnknown => ErrorKind::ReplicaUnknown,
+            EdgeError::PoolBusy { .. } => ErrorKind::PoolBusy,
         }
     }
 
@@ -306,6 +312,7 @@ impl EdgeError {
             | EdgeError::Overloaded { .. }
             | EdgeError::StdioBusy
             | EdgeError::ReplicaUnknown
+            | EdgeError::PoolBusy { .. }
             | EdgeError::StdioUnavailable { .. } => 503,
             EdgeError::StdioExited => 502,
             EdgeError::StdioUnresponsive => 504,
@@ -349,6 +356,7 @@ impl EdgeError {
             | EdgeError::HostRejected { .. }
             | EdgeError::HopRefused { .. }
             | EdgeError::Overloaded { .. }
+            | EdgeError::PoolBusy { .. }
             | EdgeError::BodyTimeout
             | EdgeError::Unauthorized { .. }
             | EdgeError::TlsRequired

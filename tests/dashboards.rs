@@ -72,7 +72,7 @@ async fn every_metric_used_by_dashboards_and_alerts_is_exported() {
     .await;
     let dead = refusing();
     let edge = start_edge(&format!(
-        "[[pools]]\nname = \"main\"\nmembers = [\"{}\", \"{}\"]\n[pools.health]\ncheck = \"none\"\n\n\
+        "[[pools]]\nname = \"main\"\nmembers = [\"{}\", \"{}\"]\nmax_in_flight = 8\n[pools.health]\ncheck = \"none\"\n\n\
          [[pools]]\nname = \"dns\"\ndns = \"localhost:{}\"\ndns_interval_ms = 100\n[pools.health]\ncheck = \"tcp\"\ninterval_ms = 100\n\n\
          [[routes]]\npath = \"/mcp\"\npool = \"main\"\n[routes.rate_limit]\nrequests_per_second = 1000\n\n\
          [[routes]]\npath = \"/sse\"\npool = \"dns\"\n",

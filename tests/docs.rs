@@ -174,6 +174,7 @@ fn the_map_lists_the_pipeline_stages_in_order() {
     let readme = read("src/README.md");
     for (phase, list) in [
         ("request", pipeline::REQUEST),
+        ("admitted", pipeline::ADMITTED),
         ("attempt (", pipeline::ATTEMPT),
         ("attempt failed", pipeline::ATTEMPT_FAILED),
         ("upstream request", pipeline::UPSTREAM_REQUEST),

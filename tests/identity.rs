@@ -201,9 +201,9 @@ async fn each_tenant_lists_and_calls_only_its_tools() {
     // Two refusals: tenant a's call to whoami, modern and legacy (b's is under tenant-b).
     let refusals = "mcp_edge_policy_refusals_total{route=\"/tenants/mcp\",rule=\"tenant-a\"}";
     assert_eq!(metric(&edge, refusals).await, 2.0);
-    // Tenant b's listings hid echo, slow, hang, confirm, the greet prompt and mem://info.
+    // Tenant b's listings hid echo, slow, work, hang, confirm, the greet prompt and mem://info.
     let hidden = "mcp_edge_policy_hidden_entries_total{route=\"/tenants/mcp\",rule=\"tenant-b\"}";
-    assert_eq!(metric(&edge, hidden).await, 6.0);
+    assert_eq!(metric(&edge, hidden).await, 7.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

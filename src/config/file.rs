@@ -14,7 +14,9 @@ mod routes;
 
 pub use fleet::{FleetSection, RateLimitsSection};
 pub use identity::{IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection};
-pub use pools::{CheckName, HealthSection, PoolSection, PoolTlsSection};
+pub use pools::{
+    BalanceName, CheckName, HealthSection, MemberEntry, PoolSection, PoolTlsSection, ScopeName,
+};
 pub use routes::{PassthroughSection, RouteSection};
 
 /// Defaults, in one place (docs/configuration.md lists the same values).
@@ -91,6 +93,11 @@ pub mod defaults {
     pub const UNHEALTHY_AFTER: NonZeroU32 = count(2);
     pub const HEALTHY_AFTER: NonZeroU32 = count(1);
     pub const EJECT_MS: NonZeroU64 = long(10_000);
+    pub const CONSECUTIVE_FAILURES: u32 = 5;
+    pub const MAX_EJECT_MS: NonZeroU64 = long(300_000);
+    pub const MAX_EJECTION_PERCENT: u8 = 50;
+    pub const QUEUE_DEPTH: u32 = 128;
+    pub const QUEUE_MS: NonZeroU64 = long(5_000);
     pub const MAX_TOKEN_BYTES: NonZeroUsize = size(8 * 1024);
     pub const JWKS_REFRESH_SECONDS: NonZeroU64 = long(300);
     pub const JWKS_TIMEOUT_MS: NonZeroU64 = long(2_000);

@@ -7,10 +7,12 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::file::{CheckName, HealthSection, PoolSection, PoolTlsSection, RouteSection};
+use super::file::{
+    BalanceName, CheckName, HealthSection, PoolSection, PoolTlsSection, RouteSection, ScopeName,
+};
 use super::Errors;
 use crate::net::tls::UpstreamTls;
-use crate::routing::{CheckKind, HealthPolicy, Pool, Source};
+use crate::routing::{balance, CheckKind, HealthPolicy, Pool, Source};
 
 pub(super) fn pools(
     sections: &[PoolSection],
@@ -44,6 +46,8 @@ pub(super) fn pools(
         let mut pool = Pool::new(p.name.clone(), source, health);
         pool.tls = tls.map(Arc::new);
         pool.host = p.host.clone();
+        pool.balance = balance(p, i, errs);
+        pool.set_weights(weights(p));
         pools.insert(p.name.clone(), Arc::new(pool));
     }
     pools
@@ -91,6 +95,7 @@ fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
         (None, false) => {
             let mut addrs = Vec::new();
             for (j, m) in p.members.iter().enumerate() {
+                let m = m.address();
                 match m.parse::<SocketAddr>() {
                     Ok(addr) => addrs.push(addr),
                     Err(e) => errs.push(format!(
@@ -101,6 +106,40 @@ fn source(p: &PoolSection, i: usize, errs: &mut Errors) -> Option<Source> {
             Some(Source::Static(addrs))
         }
     }
+}
+
+/// `balance`, the per-member limits and their queue, slow start.
+fn balance(p: &PoolSection, i: usize, errs: &mut Errors) -> balance::Settings {
+    if p.health.max_ejection_percent > 100 {
+        errs.push(format!(
+            "pools[{i}].health.max_ejection_percent: {} is more than 100",
+            p.health.max_ejection_percent
+        ));
+    }
+    balance::Settings {
+        policy: match p.balance {
+            BalanceName::RoundRobin => balance::Policy::RoundRobin,
+            BalanceName::LeastRequest => balance::Policy::LeastRequest,
+        },
+        max_in_flight: p.max_in_flight.map(|n| n.get()),
+        max_streams: p.max_streams_per_member.map(|n| n.get()),
+        queue_depth: p.queue_depth as usize,
+        queue_wait: Duration::from_millis(p.queue_ms.get()),
+        scope: match p.limits_scope {
+            ScopeName::Replica => balance::Scope::Replica,
+            ScopeName::Fleet => balance::Scope::Fleet,
+        },
+        slow_start: Duration::from_millis(p.slow_start_ms),
+    }
+}
+
+/// Static members' weights other than 1.
+fn weights(p: &PoolSection) -> Vec<(SocketAddr, u32)> {
+    p.members
+        .iter()
+        .filter(|m| m.weight() != 1)
+        .filter_map(|m| Some((m.address().parse().ok()?, m.weight())))
+        .collect()
 }
 
 /// `serves_mcp`: a `[[routes]]` entry uses the pool (the unset check is then `mcp`: the
@@ -126,6 +165,10 @@ fn health_policy(h: &HealthSection, default_path: String, serves_mcp: bool) -> H
         unhealthy_after: h.unhealthy_after.get(),
         healthy_after: h.healthy_after.get(),
         eject: Duration::from_millis(h.eject_ms.get()),
+        consecutive_failures: h.consecutive_failures,
+        // Never shorter than the first ejection.
+        max_eject: Duration::from_millis(h.max_eject_ms.get().max(h.eject_ms.get())),
+        max_ejection_percent: h.max_ejection_percent.min(100),
     }
 }
 

@@ -82,6 +82,12 @@ impl EdgeError {
             EdgeError::ReplicaUnknown => {
                 "mcp-edge: the session's replica is not known here yet; try again shortly".to_string()
             }
+            EdgeError::PoolBusy { pool, waited_ms: 0 } => format!(
+                "Every member of pool '{pool}' is at its limit and the queue is full; retry later"
+            ),
+            EdgeError::PoolBusy { pool, waited_ms } => format!(
+                "Every member of pool '{pool}' stayed at its limit for {waited_ms} ms; retry later"
+            ),
             EdgeError::HopRefused { reason } => {
                 format!("Forbidden: this listener serves only requests other replicas of the fleet signed ({reason})")
             }
@@ -143,6 +149,7 @@ impl EdgeError {
             EdgeError::MethodNotAllowed { allow, .. } => headers.push(("allow", allow.to_string())),
             // Load or a start that passes: a client may try again shortly.
             EdgeError::Overloaded { .. }
+            | EdgeError::PoolBusy { .. }
             | EdgeError::StdioBusy
             | EdgeError::ReplicaUnknown
             | EdgeError::StdioUnavailable { .. } => headers.push(("retry-after", "1".into())),

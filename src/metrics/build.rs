@@ -125,6 +125,7 @@ pub(super) fn build() -> Result<Metrics, prometheus::Error> {
             "Access-log lines dropped because the log writer could not keep up",
         )?,
         pools: pool_metrics(&r)?,
+        balance: balance_metrics(&r)?,
         budget: budget_metrics(&r)?,
         tls: tls_metrics(&r)?,
         access: access_metrics(&r)?,
@@ -247,6 +248,36 @@ fn stdio_metrics(r: &Registrar) -> Result<StdioMetrics, prometheus::Error> {
             "mcp_edge_stdio_stderr_dropped_bytes_total",
             "stderr bytes of a stdio pool's processes over stderr_bytes_per_second, not logged",
             &["pool"],
+        )?,
+    })
+}
+
+fn balance_metrics(r: &Registrar) -> Result<BalanceMetrics, prometheus::Error> {
+    Ok(BalanceMetrics {
+        in_flight: r.gauge(
+            "mcp_edge_upstream_in_flight",
+            "Requests (kind=request) and long-lived streams (kind=stream) each member holds from this replica",
+            &["pool", "member", "kind"],
+        )?,
+        queue_depth: r.gauge(
+            "mcp_edge_pool_queue_depth",
+            "Requests waiting for a member's room (max_in_flight, max_streams_per_member)",
+            &["pool"],
+        )?,
+        queue_wait: r.seconds(
+            "mcp_edge_pool_queue_wait_seconds",
+            "Time a request waited for a member's room, however the wait ended",
+            &["pool"],
+        )?,
+        rejections: r.counter(
+            "mcp_edge_pool_rejections_total",
+            "Requests that never reached a member because every eligible one was full: queue_full, queue_timeout, client_gone (left while waiting)",
+            &["pool", "reason"],
+        )?,
+        ejections: r.counter(
+            "mcp_edge_upstream_ejections_total",
+            "Members ejected: refused (a connection that failed: ejected at once for eject_ms), or failed requests in a row ending in connect_error, server_error (5xx) or timeout",
+            &["pool", "member", "reason"],
         )?,
     })
 }

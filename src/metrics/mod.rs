@@ -17,10 +17,12 @@ use prometheus::{
 use crate::error::ErrorKind;
 pub use crate::mcp::EraLabel;
 
+pub mod balance;
 mod build;
 mod labels;
 mod series;
 
+pub use balance::{BalanceMetrics, Ejection};
 pub use labels::*;
 pub use series::{MemberSeries, RouteSeries};
 
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub access_log_dropped: IntCounter,
     /// Pool membership, health and discovery.
     pub pools: PoolMetrics,
+    /// Members' load, queues, ejections.
+    pub balance: BalanceMetrics,
     /// The memory budget.
     pub budget: BudgetMetrics,
     /// TLS listeners and upstreams.

@@ -14,7 +14,12 @@ pub struct Admin {
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let (status, content_type, body) = match session.req_header().uri.path() {
-            "/metrics" => (200, "text/plain; version=0.0.4", crate::metrics::render()),
+            "/metrics" => {
+                for pool in self.runtime.load().pools.values() {
+                    crate::metrics::balance::publish(pool);
+                }
+                (200, "text/plain; version=0.0.4", crate::metrics::render())
+            }
             "/healthz" => (200, "text/plain", b"ok\n".to_vec()),
             "/readyz" if self.runtime.load().ready() => (200, "text/plain", b"ready\n".to_vec()),
             "/readyz" => (

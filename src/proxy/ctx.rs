@@ -250,6 +250,8 @@ pub struct Upstream {
     pub tried: Vec<Arc<Member>>,
     pub started: Option<Instant>,
     pub status: Option<u16>,
+    /// How long the request waited for a member's room, when it had to (balance).
+    pub queued: Option<std::time::Duration>,
 }
 
 impl Upstream {

@@ -128,7 +128,7 @@ impl ProxyHttp for Edge {
         _session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let member = upstream::choose(ctx)?;
+        let member = upstream::choose(ctx).await?;
         let peer = upstream::peer(ctx, member);
         pipeline::attempt(ctx, self);
         Ok(peer)

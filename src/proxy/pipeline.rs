@@ -27,6 +27,7 @@ mod priced;
 macro_rules! pipeline {
     (
         request: [$($request:ty),* $(,)?],
+        admitted: [$($admitted:ty),* $(,)?],
         attempt: [$($attempt:ty),* $(,)?],
         attempt_failed: [$($failed:ty),* $(,)?],
         upstream_request: [$($upstream:ty),* $(,)?],
@@ -38,6 +39,7 @@ macro_rules! pipeline {
     ) => {
         /// The stages of each phase, in order, by name.
         pub const REQUEST: &[&str] = &[$(<$request as Stage>::NAME),*];
+        pub const ADMITTED: &[&str] = &[$(<$admitted as Stage>::NAME),*];
         pub const ATTEMPT: &[&str] = &[$(<$attempt as Stage>::NAME),*];
         pub const ATTEMPT_FAILED: &[&str] = &[$(<$failed as Stage>::NAME),*];
         pub const UPSTREAM_REQUEST: &[&str] = &[$(<$upstream as Stage>::NAME),*];
@@ -47,7 +49,8 @@ macro_rules! pipeline {
         pub const ANSWER: &[&str] = &[$(<$answer as Stage>::NAME),*];
         pub const LOGGING: &[&str] = &[$(<$logging as Stage>::NAME),*];
 
-        /// Every request stage in order, until one answers or refuses.
+        /// Every request stage in order, until one answers or refuses; then, for a request
+        /// that goes on to a member of this replica's, the admitted stages.
         pub async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
             let mut once_admitted = None;
             $(
@@ -58,7 +61,16 @@ macro_rules! pipeline {
                     done => return Ok(done),
                 }
             )*
-            Ok(once_admitted.unwrap_or(Flow::Next))
+            if let Some(flow) = once_admitted {
+                return Ok(flow);
+            }
+            $(
+                match priced::request::<$admitted>(a).await? {
+                    Flow::Next => {}
+                    done => return Ok(done),
+                }
+            )*
+            Ok(Flow::Next)
         }
 
         pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
@@ -134,6 +146,9 @@ pipeline! {
         rate::Rate,
         policy::Policy,
     ],
+    admitted: [
+        balance::Balance,
+    ],
     attempt: [
         trace::Trace,
     ],
@@ -159,6 +174,7 @@ pipeline! {
         handoff::HandOff,
     ],
     response: [
+        balance::Balance,
         metrics::Metrics,
         limits::Streams,
         outcome::Outcome,
@@ -184,6 +200,7 @@ pipeline! {
     ],
     logging: [
         sse_bridge::SseBridge,
+        balance::Balance,
         metrics::Metrics,
         trace::Trace,
         access_log::AccessLog,
@@ -198,6 +215,7 @@ mod tests {
     fn no_stage_appears_twice_in_a_phase() {
         for list in [
             REQUEST,
+            ADMITTED,
             ATTEMPT,
             ATTEMPT_FAILED,
             UPSTREAM_REQUEST,

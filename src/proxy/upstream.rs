@@ -1,8 +1,9 @@
 //! Choosing the member a request goes to, and what happens when it fails.
 //!
 //! A request pinned to a member (`ctx.request.pinned`: a legacy session's, a task's) goes
-//! there; every other one goes round-robin over the healthy members of the route's pool,
-//! skipping members this request already tried. Failures carry the edge error the client
+//! there; every other one to the member the `balance` stage reserved for it, and a try after
+//! a failed one to another member by the pool's policy, skipping members this request
+//! already tried. Failures carry the edge error the client
 //! will see inside Pingora's error (its cause), so the error boundary ([`super::respond`])
 //! answers with the right kind.
 
@@ -13,12 +14,13 @@ use pingora::prelude::HttpPeer;
 use pingora::{Error, ErrorType};
 
 use super::ctx::{Ctx, Holds};
+use super::stages::balance::{self, Retry};
 use crate::error::EdgeError;
 use crate::metrics;
-use crate::routing::{Member, Pick};
+use crate::routing::Member;
 
 /// The member for this try of the request.
-pub fn choose(ctx: &mut Ctx) -> Result<Arc<Member>, Box<Error>> {
+pub async fn choose(ctx: &mut Ctx) -> Result<Arc<Member>, Box<Error>> {
     let caller = ctx.request.pinned.as_ref();
     if let Some(pinned) = caller.filter(|p| p.holds == Holds::ReplicaCaller) {
         // A caller's replica that refused the connection is leaving: the next one the fleet
@@ -47,22 +49,28 @@ pub fn choose(ctx: &mut Ctx) -> Result<Arc<Member>, Box<Error>> {
             ),
         }));
     }
-    let pool = &ctx.endpoint()?.route.pool;
-    match pool.pick(tried) {
-        Pick::Member(m) => Ok(m),
-        Pick::AllTried => Err(failed(EdgeError::ConnectFailed {
+    if let Some(member) = balance::reserved(ctx) {
+        return Ok(member);
+    }
+    let pool = ctx.endpoint()?.route.pool.clone();
+    match balance::retry(ctx, &pool).await {
+        Retry::Member(m) => Ok(m),
+        Retry::AllTried => Err(failed(EdgeError::ConnectFailed {
             detail: format!(
                 "every healthy member of pool '{}' failed to connect",
                 pool.name
             ),
         })),
         // This request's own failures ejected the last members: report those.
-        Pick::NoneHealthy if !tried.is_empty() => Err(failed(EdgeError::ConnectFailed {
-            detail: format!("every member of pool '{}' failed to connect", pool.name),
-        })),
-        Pick::NoneHealthy => Err(failed(EdgeError::NoHealthyMember {
+        Retry::NoneHealthy if !ctx.upstream.tried.is_empty() => {
+            Err(failed(EdgeError::ConnectFailed {
+                detail: format!("every member of pool '{}' failed to connect", pool.name),
+            }))
+        }
+        Retry::NoneHealthy => Err(failed(EdgeError::NoHealthyMember {
             pool: pool.name.clone(),
         })),
+        Retry::Busy(error) => Err(failed(error)),
     }
 }
 
@@ -183,6 +191,7 @@ fn replica_failed(holds: Holds, peer: &HttpPeer, mut e: Box<Error>) -> Box<Error
 fn eject(pool: &crate::routing::Pool, member: &Member, e: &Error) {
     member.record_connect_failure(pool.health.eject);
     let m = metrics::get();
+    m.ejection(&pool.name, &member.label, metrics::Ejection::Refused);
     m.pools
         .connect_failures
         .with_label_values(&[&pool.name, &member.label])

@@ -1,5 +1,6 @@
-//! Pools and members: round-robin over healthy members, member sets that discovery can
-//! replace at run time, and per-member health (active checks and passive ejection).
+//! Pools and members: member sets that discovery can replace at run time, per-member health
+//! (active checks, passive and outlier ejection: [`outliers`]), and how requests are spread
+//! over the healthy members ([`balance`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -12,7 +13,9 @@ use pingora::upstreams::peer::HttpPeer;
 use crate::mcp::versions::{Speaks, Spoken};
 use crate::net::tls::UpstreamTls;
 
+pub mod balance;
 pub mod health;
+pub mod outliers;
 mod publish;
 
 pub use publish::forget_pool;
@@ -40,8 +43,16 @@ pub struct HealthPolicy {
     pub unhealthy_after: u32,
     /// Consecutive good checks before it is healthy again.
     pub healthy_after: u32,
-    /// A member that refused a connection gets no new traffic for this long.
+    /// A member that refused a connection gets no new traffic for this long; the first
+    /// outlier ejection too (each one after it twice as long as the one before).
     pub eject: Duration,
+    /// Failed requests in a row that eject a member (0: never).
+    pub consecutive_failures: u32,
+    /// The longest outlier ejection.
+    pub max_eject: Duration,
+    /// Outlier ejections leave at least this share of the pool out at most (one member of
+    /// a pool of two or more may always be out).
+    pub max_ejection_percent: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +71,7 @@ pub enum CheckKind {
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     EPOCH.elapsed().as_millis() as u64
 }
 
@@ -80,6 +91,10 @@ pub struct Member {
     pub speaks: Mutex<Speaks>,
     /// What it speaks and answers is being asked (rounds of checks may overlap; one asks).
     pub learning: AtomicBool,
+    /// Requests and streams it holds, its weight and slow start ([`balance`]).
+    pub load: balance::Load,
+    /// Failures in a row and ejections ([`outliers`]).
+    pub outliers: outliers::Record,
 }
 
 impl Member {
@@ -94,6 +109,8 @@ impl Member {
             series: Default::default(),
             speaks: Mutex::default(),
             learning: AtomicBool::new(false),
+            load: Default::default(),
+            outliers: Default::default(),
         }
     }
 
@@ -115,8 +132,12 @@ impl Member {
 
     /// Passive ejection: a refused connection keeps new traffic away for `eject`.
     pub fn record_connect_failure(&self, eject: Duration) {
-        self.ejected_until_ms
-            .store(now_ms() + eject.as_millis() as u64, Ordering::Relaxed);
+        let until = now_ms() + eject.as_millis() as u64;
+        self.outliers
+            .cause
+            .store(outliers::REFUSED, Ordering::Relaxed);
+        self.ejected_until_ms.store(until, Ordering::Relaxed);
+        self.load.ramp_from_ms.store(until, Ordering::Relaxed);
     }
 
     /// Record an active check; returns the new verdict.
@@ -125,9 +146,23 @@ impl Member {
             self.check_failures.store(0, Ordering::Relaxed);
             let n = self.check_successes.fetch_add(1, Ordering::Relaxed) + 1;
             if n >= policy.healthy_after {
-                self.checked_ok.store(true, Ordering::Relaxed);
-                // A good check also ends a passive ejection early.
-                self.ejected_until_ms.store(0, Ordering::Relaxed);
+                if !self.checked_ok.swap(true, Ordering::Relaxed) {
+                    // Back from failed checks: slow start from here.
+                    self.load
+                        .ramp_from_ms
+                        .store(now_ms().max(1), Ordering::Relaxed);
+                }
+                // A good check also ends a refused connection's ejection early; an outlier's
+                // only when the check is strict (the default takes a 500 as an answer).
+                let strict = matches!(policy.check, CheckKind::Mcp { strict: true, .. });
+                let cause = self.outliers.cause.load(Ordering::Relaxed);
+                let until = self.ejected_until_ms.load(Ordering::Relaxed);
+                if until > now_ms() && (cause == outliers::REFUSED || strict) {
+                    self.ejected_until_ms.store(0, Ordering::Relaxed);
+                    self.load
+                        .ramp_from_ms
+                        .store(now_ms().max(1), Ordering::Relaxed);
+                }
             }
         } else {
             self.check_successes.store(0, Ordering::Relaxed);
@@ -140,17 +175,7 @@ impl Member {
     }
 }
 
-/// The outcome of choosing a member.
-#[derive(Debug)]
-pub enum Pick {
-    Member(Arc<Member>),
-    /// Healthy members exist, but this request already tried every one.
-    AllTried,
-    /// No member is healthy (or the pool is empty).
-    NoneHealthy,
-}
-
-/// A named set of members with a shared round-robin cursor.
+/// A named set of members, how requests are spread over them and the ones waiting.
 #[derive(Debug)]
 pub struct Pool {
     pub name: String,
@@ -158,6 +183,12 @@ pub struct Pool {
     pub health: HealthPolicy,
     members: ArcSwap<Vec<Arc<Member>>>,
     next: AtomicUsize,
+    /// `balance`, the per-member limits, slow start and static weights.
+    pub balance: balance::Settings,
+    /// Static members' weights (`members = [{ address, weight }]`); others weigh 1.
+    pub weights: Vec<(SocketAddr, u32)>,
+    /// Requests waiting for a member's room (taken over by the pool a reload makes).
+    queue: std::sync::OnceLock<Arc<balance::Queue>>,
     /// Handle on this pool's `mcp_edge_upstream_latency_seconds` series.
     pub latency: std::sync::OnceLock<prometheus::Histogram>,
     /// The members speak HTTPS (`[pools.tls]`).
@@ -182,6 +213,9 @@ impl Pool {
             health,
             members: ArcSwap::from_pointee(members),
             next: AtomicUsize::new(0),
+            balance: Default::default(),
+            weights: Vec::new(),
+            queue: Default::default(),
             latency: Default::default(),
             tls: None,
             host: None,
@@ -225,6 +259,7 @@ impl Pool {
     /// Publish the member count and each member's health as metrics, and what the healthy
     /// members speak to the routes.
     pub fn publish(&self) {
+        self.kick();
         let members = self.members();
         let health: Vec<(&str, bool)> = members
             .iter()
@@ -271,26 +306,57 @@ impl Pool {
             .cloned()
     }
 
-    /// The next healthy member in round-robin order that this request has not tried.
-    pub fn pick(&self, tried: &[Arc<Member>]) -> Pick {
+    /// Room on a member `want` allows for a request (or stream), by the pool's policy and
+    /// limits ([`balance`]); `replicas`: the live replicas sharing a fleet-wide limit.
+    pub fn acquire(
+        &self,
+        want: balance::Want<'_>,
+        kind: balance::Kind,
+        replicas: usize,
+    ) -> balance::Acquired {
         let members = self.members.load();
-        let n = members.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut any_healthy = false;
-        for k in 0..n {
-            let m = &members[(start + k) % n];
-            if !m.is_healthy() {
-                continue;
-            }
-            any_healthy = true;
-            if !tried.iter().any(|t| Arc::ptr_eq(t, m)) {
-                return Pick::Member(m.clone());
-            }
+        self.balancer(&members).acquire(want, kind, replicas)
+    }
+
+    /// Requests waiting now.
+    pub fn queued(&self) -> usize {
+        self.queue.get().map_or(0, |q| q.len())
+    }
+
+    /// Serve waiting requests that room appeared for (members healthy again or new, limits
+    /// raised).
+    pub fn kick(&self) {
+        if self.queue.get().is_some_and(|q| !q.is_empty()) {
+            let members = self.members.load();
+            self.balancer(&members).kick();
         }
-        if any_healthy {
-            Pick::AllTried
-        } else {
-            Pick::NoneHealthy
+    }
+
+    fn balancer<'a>(&'a self, members: &'a [Arc<Member>]) -> balance::Balancer<'a> {
+        balance::Balancer {
+            settings: &self.balance,
+            members,
+            cursor: &self.next,
+            queue: self.queue.get_or_init(Default::default),
+            uniform: self.weights.is_empty() && self.balance.slow_start.is_zero(),
+        }
+    }
+
+    /// Static members' weights (set before the pool serves).
+    pub fn set_weights(&mut self, weights: Vec<(SocketAddr, u32)>) {
+        self.weights = weights;
+        self.weigh(&self.members());
+    }
+
+    /// Static weights onto these members.
+    fn weigh(&self, members: &[Arc<Member>]) {
+        for m in members {
+            let w = self
+                .weights
+                .iter()
+                .find(|(a, _)| *a == m.addr)
+                .map_or(1, |(_, w)| *w);
+            m.load.weight.store(w, Ordering::Relaxed);
         }
     }
 
@@ -323,8 +389,12 @@ impl Pool {
     /// After a reload: take over the members (and their health) of the pool this one
     /// replaces, when both describe the same source.
     pub fn inherit(&self, old: &Pool) {
+        if let Some(queue) = old.queue.get() {
+            let _ = self.queue.set(queue.clone());
+        }
         if self.source == old.source {
             self.members.store(old.members());
+            self.weigh(&self.members());
             // What was learned holds for the same servers reached the same way; another
             // check, `host` or TLS may reach other ones: learned again.
             let same_way = self.health.check == old.health.check
@@ -347,72 +417,4 @@ impl Pool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy() -> HealthPolicy {
-        HealthPolicy {
-            check: CheckKind::None,
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(1),
-            unhealthy_after: 2,
-            healthy_after: 1,
-            eject: Duration::from_secs(60),
-        }
-    }
-
-    fn pool(n: u16) -> Pool {
-        let addrs = (0..n)
-            .map(|i| SocketAddr::from(([127, 0, 0, 1], 9000 + i)))
-            .collect();
-        Pool::new("p".into(), Source::Static(addrs), policy())
-    }
-
-    fn port(p: Pick) -> u16 {
-        match p {
-            Pick::Member(m) => m.addr.port(),
-            other => panic!("expected a member, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn round_robin_visits_every_member() {
-        let p = pool(3);
-        let picks: Vec<_> = (0..6).map(|_| port(p.pick(&[]))).collect();
-        assert_eq!(picks, vec![9000, 9001, 9002, 9000, 9001, 9002]);
-    }
-
-    #[test]
-    fn skips_tried_and_unhealthy_members() {
-        let p = pool(3);
-        let m = p.members();
-        assert_eq!(port(p.pick(&[m[0].clone()])), 9001);
-        assert!(matches!(p.pick(&m), Pick::AllTried));
-        m[1].record_connect_failure(Duration::from_secs(60));
-        for _ in 0..4 {
-            assert_ne!(port(p.pick(&[])), 9001, "ejected member picked");
-        }
-        m[0].record_check(false, &policy());
-        assert!(m[0].is_healthy(), "one failed check is not enough");
-        m[0].record_check(false, &policy());
-        m[2].record_check(false, &policy());
-        m[2].record_check(false, &policy());
-        assert!(matches!(p.pick(&[]), Pick::NoneHealthy));
-        m[2].record_check(true, &policy());
-        assert_eq!(port(p.pick(&[])), 9002, "recovered");
-        assert!(matches!(pool(0).pick(&[]), Pick::NoneHealthy));
-    }
-
-    #[test]
-    fn discovery_keeps_health_of_members_that_stay() {
-        let p = pool(2);
-        let m0 = p.members()[0].clone();
-        m0.record_connect_failure(Duration::from_secs(60));
-        let a = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        assert!(p.set_members(&[a(9000), a(9005)]));
-        assert!(!p.set_members(&[a(9005), a(9000)]), "same set, other order");
-        assert!(Arc::ptr_eq(&p.find("127.0.0.1:9000").unwrap(), &m0));
-        assert!(p.find("127.0.0.1:9001").is_none(), "left the pool");
-        assert!(!p.find("127.0.0.1:9000").unwrap().is_healthy());
-    }
-}
+mod tests;

@@ -28,6 +28,9 @@ pub fn members(pool: &str, members: &[(&str, bool)]) {
         .unwrap_or_default();
     for gone in before.difference(&now) {
         let _ = m.pools.member_healthy.remove_label_values(&[pool, gone]);
+        for kind in ["request", "stream"] {
+            let _ = m.balance.in_flight.remove_label_values(&[pool, gone, kind]);
+        }
     }
 }
 
@@ -89,6 +92,7 @@ pub fn forget_pool(name: &str) {
         let _ = m.stdio.starts.remove_label_values(&[name, result]);
     }
     let _ = m.pools.pool_members.remove_label_values(&[name]);
+    let _ = m.balance.queue_depth.remove_label_values(&[name]);
     for revision in crate::mcp::revisions() {
         let _ = m.pools.revisions.remove_label_values(&[name, revision]);
     }
@@ -100,5 +104,11 @@ pub fn forget_pool(name: &str) {
     };
     for member in published.remove(name).unwrap_or_default() {
         let _ = m.pools.member_healthy.remove_label_values(&[name, &member]);
+        for kind in ["request", "stream"] {
+            let _ = m
+                .balance
+                .in_flight
+                .remove_label_values(&[name, &member, kind]);
+        }
     }
 }

@@ -50,6 +50,10 @@ const hogged = [];
 const maxBody = args['max-body'] ? { maxRequestBodySize: Number(args['max-body']) } : {};
 const onerror = e => process.stderr.write(`ONERROR ${e?.message ?? e}\n`);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
+// Load control for the balancing tests and benchmark (`/__load`): how slow this server's
+// `work` tool is (factor), whether every POST /mcp gets 500 (fail) or no answer (hang), and
+// how many POSTs to /mcp it holds at once (counted here, where the work happens).
+const load = { factor: 1, fail: false, hang: false, inFlight: 0, maxInFlight: 0, calls: 0 };
 const text = t => ({ content: [{ type: 'text', text: t }] });
 
 // v1 handlers get `extra`, v2 handlers get `ctx` (ctx.mcpReq.*): normalise the bits we use.
@@ -126,6 +130,8 @@ function buildServer() {
             }
             return text(`${instance}:done`);
         });
+    server.registerTool('work', { description: 'sleep ms (times the load factor)', inputSchema: z.object({ ms: z.number().int() }) },
+        async ({ ms }) => { await sleep(ms * load.factor); return text(`${instance}:worked`); });
     server.registerTool('digest', { description: 'sha256 hex of data', inputSchema: z.object({ data: z.string() }) },
         async ({ data }) => text(createHash('sha256').update(data, 'utf8').digest('hex')));
     server.registerTool('hang', { description: 'never returns until aborted' }, async (extra) => {
@@ -315,8 +321,33 @@ if (isStdio) {
     });
 } else {
 const listener = isV2 ? v2Listener() : args.mode === 'legacy-session' ? legacySessionListener() : legacySseListener();
+// GET /__load: the counts; POST /__load?factor=N&fail=0|1&hang=0|1&reset=1: set them.
+function loadControl(req, res) {
+    const q = new URL(req.url, 'http://127.0.0.1').searchParams;
+    if (req.method === 'POST') {
+        if (q.has('factor')) load.factor = Number(q.get('factor'));
+        if (q.has('fail')) load.fail = q.get('fail') === '1';
+        if (q.has('hang')) load.hang = q.get('hang') === '1';
+        if (q.get('reset') === '1') { load.maxInFlight = load.inFlight; load.calls = 0; }
+    }
+    const body = JSON.stringify(load);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+}
 const handle = (req, res) => {
+    if (req.url.startsWith('/__load')) return loadControl(req, res);
     process.stderr.write(`REQ ${req.method} ${req.url}\n`);
+    if (req.method === 'POST' && req.url.split('?')[0] === '/mcp') {
+        load.calls++;
+        load.inFlight++;
+        load.maxInFlight = Math.max(load.maxInFlight, load.inFlight);
+        let done = false;
+        const end = () => { if (!done) { done = true; load.inFlight--; } };
+        res.on('finish', end);
+        res.on('close', end);
+        if (load.hang) return;
+        if (load.fail) return jsonError(res, 500, -32603, 'Internal error (load control: fail)');
+    }
     listener(req, res).catch(e => {
         process.stderr.write(`ERROR ${e?.stack ?? e}\n`);
         if (!res.headersSent) jsonError(res, 500, -32603, 'Internal error');

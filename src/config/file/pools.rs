@@ -10,9 +10,9 @@ use super::defaults;
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
     pub name: String,
-    /// Static `IP:port` members.
+    /// Static members: `IP:port`, or `{ address = "IP:port", weight = N }`.
     #[serde(default)]
-    pub members: Vec<String>,
+    pub members: Vec<MemberEntry>,
     /// `host:port` re-resolved on an interval (instead of `members`).
     pub dns: Option<String>,
     #[serde(default = "dns_interval")]
@@ -67,6 +67,83 @@ pub struct PoolSection {
     /// What a process may write to the log through its stderr, per second.
     #[serde(default = "stderr_bytes_per_second")]
     pub stderr_bytes_per_second: NonZeroU64,
+    /// How requests are spread: `round_robin` or `least_request`.
+    #[serde(default)]
+    pub balance: BalanceName,
+    /// Requests one member holds at most (long-lived streams apart); more wait in the queue.
+    pub max_in_flight: Option<NonZeroU32>,
+    /// Long-lived streams one member holds at most.
+    pub max_streams_per_member: Option<NonZeroU32>,
+    /// Requests waiting for a member's room at most.
+    #[serde(default = "queue_depth")]
+    pub queue_depth: u32,
+    /// How long a request waits for room.
+    #[serde(default = "queue_ms")]
+    pub queue_ms: NonZeroU64,
+    /// Whose limit `max_in_flight` and `max_streams_per_member` are: `replica` or `fleet`.
+    #[serde(default)]
+    pub limits_scope: ScopeName,
+    /// A member that joins or comes back ramps its share up over this long; 0: at once.
+    #[serde(default)]
+    pub slow_start_ms: u64,
+}
+
+/// A static member: its address, or its address and weight.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum MemberEntry {
+    Address(String),
+    Weighted(WeightedMember),
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedMember {
+    pub address: String,
+    #[serde(default = "one")]
+    pub weight: NonZeroU32,
+}
+
+impl MemberEntry {
+    pub fn address(&self) -> &str {
+        match self {
+            MemberEntry::Address(a) => a,
+            MemberEntry::Weighted(w) => &w.address,
+        }
+    }
+    pub fn weight(&self) -> u32 {
+        match self {
+            MemberEntry::Address(_) => 1,
+            MemberEntry::Weighted(w) => w.weight.get(),
+        }
+    }
+}
+
+fn one() -> NonZeroU32 {
+    NonZeroU32::MIN
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BalanceName {
+    #[default]
+    RoundRobin,
+    LeastRequest,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeName {
+    #[default]
+    Replica,
+    Fleet,
+}
+
+fn queue_depth() -> u32 {
+    defaults::QUEUE_DEPTH
+}
+fn queue_ms() -> NonZeroU64 {
+    defaults::QUEUE_MS
 }
 
 fn processes() -> NonZeroU32 {
@@ -121,6 +198,10 @@ pub struct HealthSection {
     pub unhealthy_after: NonZeroU32,
     pub healthy_after: NonZeroU32,
     pub eject_ms: NonZeroU64,
+    /// Failed requests in a row that eject a member; 0: never.
+    pub consecutive_failures: u32,
+    pub max_eject_ms: NonZeroU64,
+    pub max_ejection_percent: u8,
 }
 
 impl Default for HealthSection {
@@ -133,6 +214,9 @@ impl Default for HealthSection {
             unhealthy_after: defaults::UNHEALTHY_AFTER,
             healthy_after: defaults::HEALTHY_AFTER,
             eject_ms: defaults::EJECT_MS,
+            consecutive_failures: defaults::CONSECUTIVE_FAILURES,
+            max_eject_ms: defaults::MAX_EJECT_MS,
+            max_ejection_percent: defaults::MAX_EJECTION_PERCENT,
         }
     }
 }

@@ -114,6 +114,8 @@ struct Line<'a> {
     name: Option<&'a str>,
     era: &'static str,
     member: Option<&'a str>,
+    /// How long it waited for a member's room, when it had to.
+    queue_ms: Option<f64>,
     status: Option<u16>,
     outcome: &'static str,
     error: Option<&'static str>,
@@ -178,6 +180,7 @@ fn log_line(session: &Session, ctx: &Ctx) {
         name: name.as_deref(),
         era: ctx.labels.era.into(),
         member: ctx.upstream.member().map(|m| m.label.as_str()),
+        queue_ms: ctx.upstream.queued.map(|d| d.as_secs_f64() * 1000.0),
         status: session.response_written().map(|r| r.status.as_u16()),
         outcome: super::metrics::outcome(ctx).into(),
         error: ctx.error.as_ref().map(|e| e.kind().as_str()),

@@ -4,6 +4,7 @@
 //! else it needs between its phases in its own part of [`State`].
 
 pub mod access_log;
+pub mod balance;
 pub mod bridge;
 pub mod cors;
 pub mod forwarding;
@@ -33,6 +34,7 @@ pub struct State {
     pub metrics: metrics::State,
     pub outcome: outcome::State,
     pub access_log: access_log::State,
+    pub balance: balance::State,
     pub trace: Option<Box<trace::State>>,
     pub tasks: Option<Box<tasks::State>>,
     pub bridge: Option<Box<bridge::State>>,

@@ -212,6 +212,9 @@ pub fn decisions(ctx: &Ctx, status: Option<u16>) -> Vec<Attribute> {
     if tried > 0 {
         kv.push(attr("mcp.edge.attempts", tried as i64));
     }
+    if let Some(waited) = ctx.upstream.queued {
+        kv.push(attr("mcp.edge.queue.wait_ms", waited.as_millis() as i64));
+    }
     if ctx.stages.limits.long_lived() {
         kv.push(attr("mcp.edge.stream", "opened"));
     }
