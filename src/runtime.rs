@@ -3,6 +3,7 @@
 //! Nothing here knows the file format.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,11 +207,15 @@ impl Runtime {
             let crate::routing::Source::Stdio(spec) = &pool.source else {
                 continue;
             };
-            if pool.stdio.get().is_some() {
+            let least = pool.balance.policy == crate::routing::balance::Policy::LeastRequest;
+            if let Some(group) = pool.stdio.get() {
+                // Handed over by a reload: the policy is the new configuration's.
+                group.least_request.store(least, Ordering::Relaxed);
                 continue;
             }
             match crate::stdio::launch(&pool.name, spec.clone()) {
                 Ok(group) => {
+                    group.least_request.store(least, Ordering::Relaxed);
                     pool.set_members(&[group.addr]);
                     let _ = pool.stdio.set(group);
                 }

@@ -395,3 +395,67 @@ async fn a_reload_that_raises_the_limit_serves_the_waiting_requests() {
         "never above the limit in force: {l}"
     );
 }
+
+/// A 2026-07-28 `tools/call` through the edge; its result's text.
+async fn text_call(url: &str, id: u64, tool: &str) -> String {
+    let body = modern_body(
+        json!(id),
+        "tools/call",
+        json!({"name": tool, "arguments": {}}),
+    );
+    let r = modern_request(&client(), url, &body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_pool_with_least_request_gives_calls_to_its_least_busy_process() {
+    let command = format!(
+        r#"["node", "{}", "--mode", "stdio", "--instance", "io"]"#,
+        common::peers::dir().join("ts-server.mjs").display()
+    );
+    let edge = start_edge(&format!(
+        "[[pools]]\nname = \"main\"\ncommand = {command}\nprocesses = 2\nbalance = \"least_request\"\n\n[[routes]]\npath = \"/mcp\"\npool = \"main\"\n"
+    ));
+    let ready = format!("http://127.0.0.1:{}/readyz", edge.metrics_port);
+    wait_until(PATIENCE, "the stdio pool ready", async || {
+        client()
+            .get(&ready)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let url = edge.url();
+    // Both processes answer (ties go in turn), once both have started.
+    let mut pids = std::collections::BTreeSet::new();
+    let mut id = 0;
+    wait_until(PATIENCE, "calls answered by both processes", async || {
+        id += 1;
+        pids.insert(text_call(&url, id, "pid").await);
+        pids.len() == 2
+    })
+    .await;
+    // A long call on one process (its first progress says it runs)...
+    let mut params = json!({"name": "slow", "arguments": {"steps": 40}});
+    params["_meta"] = meta();
+    params["_meta"]["progressToken"] = json!(1);
+    let body = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": params});
+    let mut long = modern_request(&client(), &url, &body).send().await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("notifications/progress") {
+        let chunk = long.chunk().await.unwrap().expect("progress first");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // ...and every call meanwhile goes to the other one.
+    let mut during = std::collections::BTreeSet::new();
+    for i in 0..6 {
+        during.insert(text_call(&url, 20 + i, "pid").await);
+    }
+    assert_eq!(during.len(), 1, "all to the idle process: {during:?}");
+    drop(long);
+}

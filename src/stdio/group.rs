@@ -92,6 +92,8 @@ pub struct Group {
     /// On-demand processes running or starting (`max_processes` bounds it).
     pub(super) on_demand: AtomicUsize,
     pub(super) next: AtomicUsize,
+    /// The pool's `balance` is `least_request`: a shared process with the fewest calls.
+    pub least_request: AtomicBool,
     pub(super) stop: watch::Sender<bool>,
     /// The last start failed (readiness; requests do not wait for a start then).
     pub(super) failing: Arc<AtomicBool>,
@@ -163,6 +165,7 @@ impl Group {
             sessions: Mutex::new(HashMap::new()),
             on_demand: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
+            least_request: AtomicBool::new(false),
             stop,
             failing: Arc::new(AtomicBool::new(false)),
             probing: AtomicBool::new(false),
@@ -181,7 +184,8 @@ impl Group {
     }
 
     /// A shared process for a request without a session: round-robin over the running
-    /// ones, waiting for one to start if none runs.
+    /// ones (with `least_request`, the one with the fewest calls in flight), waiting for one
+    /// to start if none runs.
     pub async fn any_shared(&self) -> Result<Arc<Proc>, Unavailable> {
         self.any_slot().await.map(|(_, p)| p)
     }
@@ -195,11 +199,16 @@ impl Group {
         }
         let n = self.slots.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for k in 0..n {
-            let i = (start + k) % n;
-            if let Some(p) = live(&self.slots[i]) {
-                return Ok((i, p));
-            }
+        let mut running = (0..n)
+            .map(|k| (start + k) % n)
+            .filter_map(|i| live(&self.slots[i]).map(|p| (i, p)));
+        let picked = match self.least_request.load(Ordering::Relaxed) {
+            // The first of the least busy: ties go in turn.
+            true => running.min_by_key(|(_, p)| p.in_flight()),
+            false => running.next(),
+        };
+        if let Some(picked) = picked {
+            return Ok(picked);
         }
         let i = start % n;
         self.slot(i).await.map(|p| (i, p))
