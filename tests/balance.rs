@@ -459,3 +459,88 @@ async fn a_stdio_pool_with_least_request_gives_calls_to_its_least_busy_process()
     assert_eq!(during.len(), 1, "all to the idle process: {during:?}");
     drop(long);
 }
+
+/// A legacy (2025) request in session `token` (`None`: `initialize`); status, the session
+/// header and the JSON-RPC message (JSON or one SSE event).
+async fn legacy(url: &str, token: Option<&str>, body: Value) -> (u16, Option<String>, Value) {
+    let r = legacy_request(&client(), url, token, &body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = r.text().await.unwrap();
+    let json_text = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(&text);
+    (
+        status,
+        sid,
+        serde_json::from_str(json_text).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_waits_for_room_on_its_own_member_while_others_use_the_rest() {
+    let peers = [
+        ts_server("legacy-session", "a"),
+        ts_server("legacy-session", "b"),
+    ];
+    let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+    let keys = "balance = \"least_request\"\nmax_in_flight = 1\nqueue_ms = 20000";
+    let edge = start_edge(&pool(&addrs, keys, ""));
+    let url = edge.url();
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let (status, token, _) = legacy(&url, None, init.clone()).await;
+    assert_eq!(status, 200);
+    let token = token.expect("a session");
+    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(legacy(&url, Some(&token), initialized).await.0, 202);
+    let mut before = Vec::new();
+    for p in &peers {
+        before.push(count(&load(p).await, "calls"));
+    }
+    let owner = if before[0] > 0 { 0 } else { 1 };
+    let call = |id: u64, ms: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"work","arguments":{"ms":ms}}});
+    // The session's member busy with a long call of the session's...
+    let long = tokio::spawn({
+        let (url, token, body) = (url.clone(), token.clone(), call(1, 1500));
+        async move { legacy(&url, Some(&token), body).await }
+    });
+    wait_until(
+        PATIENCE,
+        "the session's member holds the long call",
+        async || count(&load(&peers[owner]).await, "inFlight") == 1,
+    )
+    .await;
+    // ...the session's next call waits for it (it cannot move)...
+    let next = tokio::spawn({
+        let (url, token, body) = (url.clone(), token.clone(), call(2, 1));
+        async move { legacy(&url, Some(&token), body).await }
+    });
+    let depth = series("mcp_edge_pool_queue_depth", &edge, "");
+    wait_until(PATIENCE, "the session's call queued", async || {
+        metric(&edge, &depth).await == 1.0
+    })
+    .await;
+    // ...while a request no session pins (another client's initialize) takes the other
+    // member at once.
+    let (status, other, _) = legacy(&url, None, init.clone()).await;
+    assert_eq!((status, other.is_some()), (200, true));
+    assert_eq!(
+        count(&load(&peers[1 - owner]).await, "calls"),
+        before[1 - owner] + 1
+    );
+    let (status, _, msg) = next.await.unwrap();
+    assert_eq!(status, 200, "{msg}");
+    assert_eq!(
+        msg["result"]["content"][0]["text"],
+        format!("{}:worked", peers[owner].instance)
+    );
+    assert_eq!(long.await.unwrap().0, 200);
+    assert_eq!(count(&load(&peers[owner]).await, "maxInFlight"), 1);
+}
