@@ -245,10 +245,12 @@ fn error_table(doc: &str) -> Vec<ErrorRow> {
 /// Every error the edge can raise: each variant, each routing header's mismatch.
 fn every_error() -> Vec<EdgeError> {
     let mut all: Vec<EdgeError> = EdgeError::iter().collect();
-    all.extend(RoutingHeader::iter().map(|header| EdgeError::HeaderMismatch {
-        header,
-        detail: String::new(),
-    }));
+    all.extend(
+        RoutingHeader::iter().map(|header| EdgeError::HeaderMismatch {
+            header,
+            detail: String::new(),
+        }),
+    );
     all
 }
 
@@ -260,8 +262,10 @@ fn the_error_table_is_the_error_vocabulary() {
     let mut problems = Vec::new();
     for row in &rows {
         for kind in &row.kinds {
-            let of_kind: Vec<&EdgeError> =
-                errors.iter().filter(|e| e.kind().as_str() == kind).collect();
+            let of_kind: Vec<&EdgeError> = errors
+                .iter()
+                .filter(|e| e.kind().as_str() == kind)
+                .collect();
             if of_kind.is_empty() {
                 problems.push(format!("`{kind}` is no error kind: {}", row.line));
                 continue;
@@ -280,5 +284,9 @@ fn the_error_table_is_the_error_vocabulary() {
             problems.push(format!("`{kind}` has no row in the error table"));
         }
     }
-    assert!(problems.is_empty(), "docs/design.md:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "docs/design.md:\n{}",
+        problems.join("\n")
+    );
 }

@@ -246,7 +246,11 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
             .collect();
         assert_eq!(keys, documented, "docs/operations.md's fields: {line}");
     }
+    // A refusal after the body was read says what was refused.
     assert_eq!(lines[2]["error"], "header_mismatch_name");
+    assert_eq!(lines[2]["method"], "tools/call", "{log}");
+    assert_eq!(lines[2]["name"], "echo", "the body's name: {log}");
+    assert_eq!(lines[2]["era"], "modern", "{log}");
     for leaked in [
         "s3cr3t-credential-value",
         token.as_str(),
