@@ -2,12 +2,17 @@
 //! - every key the configuration file accepts is in `docs/configuration.md`, and every key
 //!   documented there is accepted (the accepted keys are asked of the parser itself: a file
 //!   with an unknown key in a table is refused with the list of the keys it takes);
-//! - the stage tables of `src/README.md` are the pipeline's lists, in order.
+//! - the stage tables of `src/README.md` are the pipeline's lists, in order;
+//! - the error table of `docs/design.md` is the error vocabulary (`src/error.rs`): each row's
+//!   status and JSON-RPC code are those of an `EdgeError` of the kinds it names, and every
+//!   kind has a row.
 
 use std::collections::BTreeMap;
 
 use mcp_edge::config::Config;
+use mcp_edge::error::{EdgeError, ErrorKind, RoutingHeader};
 use mcp_edge::proxy::pipeline;
+use strum::IntoEnumIterator;
 
 const PROBE: &str = "zz_not_a_key";
 
@@ -190,4 +195,99 @@ fn the_map_lists_the_pipeline_stages_in_order() {
             "src/README.md, {phase}"
         );
     }
+}
+
+/// A row of the error table: what the edge answers (status, JSON-RPC code) and the kinds.
+#[derive(Debug)]
+struct ErrorRow {
+    line: String,
+    status: u16,
+    code: i64,
+    kinds: Vec<String>,
+}
+
+/// The rows of the table under `## How each rule maps to the spec` in `docs/design.md`:
+/// `| request | status, code, … | \`kind\`, … | spec |`.
+fn error_table(doc: &str) -> Vec<ErrorRow> {
+    let rows = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("## How each rule maps to the spec"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| request |"));
+    rows.map(|line| {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        assert!(cells.len() >= 4, "not a row of four cells: {line}");
+        let mut answer = cells[1].split(',').map(str::trim);
+        let status = answer.next().and_then(|s| s.parse().ok());
+        let code = answer
+            .next()
+            .and_then(|c| c.split_whitespace().next())
+            .and_then(|c| c.parse().ok());
+        let (Some(status), Some(code)) = (status, code) else {
+            panic!("the answer is not `status, code`: {line}");
+        };
+        let kinds = cells[2]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        ErrorRow {
+            line: line.to_string(),
+            status,
+            code,
+            kinds,
+        }
+    })
+    .collect()
+}
+
+/// Every error the edge can raise: each variant, each routing header's mismatch.
+fn every_error() -> Vec<EdgeError> {
+    let mut all: Vec<EdgeError> = EdgeError::iter().collect();
+    all.extend(
+        RoutingHeader::iter().map(|header| EdgeError::HeaderMismatch {
+            header,
+            detail: String::new(),
+        }),
+    );
+    all
+}
+
+#[test]
+fn the_error_table_is_the_error_vocabulary() {
+    let rows = error_table(&read("docs/design.md"));
+    assert!(!rows.is_empty(), "docs/design.md: no error table");
+    let errors = every_error();
+    let mut problems = Vec::new();
+    for row in &rows {
+        for kind in &row.kinds {
+            let of_kind: Vec<&EdgeError> = errors
+                .iter()
+                .filter(|e| e.kind().as_str() == kind)
+                .collect();
+            if of_kind.is_empty() {
+                problems.push(format!("`{kind}` is no error kind: {}", row.line));
+                continue;
+            }
+            let answers: Vec<(u16, i64)> = of_kind.iter().map(|e| (e.status(), e.code())).collect();
+            if !answers.contains(&(row.status, row.code)) {
+                problems.push(format!(
+                    "`{kind}`: the table says {}, {}; the code answers {answers:?}: {}",
+                    row.status, row.code, row.line
+                ));
+            }
+        }
+    }
+    for kind in ErrorKind::iter().map(ErrorKind::as_str) {
+        if !rows.iter().any(|r| r.kinds.iter().any(|k| k == kind)) {
+            problems.push(format!("`{kind}` has no row in the error table"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/design.md:\n{}",
+        problems.join("\n")
+    );
 }

@@ -40,8 +40,8 @@ async fn core_series_move_by_exactly_this_tests_traffic() {
         (requests("modern", "tools/list", "forwarded"), 3.0),
         // A method nobody knows is counted, as `other`, never as itself.
         (requests("modern", "other", "forwarded"), 1.0),
-        // A request the rules refuse is counted before its body is believed.
-        (requests("unknown", "none", "rejected"), 1.0),
+        // A request the rules refuse is counted as what its body asked for.
+        (requests("modern", "tools/call", "rejected"), 1.0),
         (
             "mcp_edge_errors_total{kind=\"header_mismatch_name\"}".into(),
             1.0,
@@ -57,8 +57,7 @@ async fn core_series_move_by_exactly_this_tests_traffic() {
             format!("mcp_edge_upstream_response_seconds_count{{pool=\"{pool}\"}}"),
             4.0,
         ),
-        (durations("modern"), 4.0),
-        (durations("unknown"), 1.0),
+        (durations("modern"), 5.0),
     ];
     let mut before = Vec::new();
     for (series, _) in &moves {

@@ -235,7 +235,22 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
     assert_eq!(lines[0]["status"], 200);
     assert_eq!(lines[0]["member"], mock.addr.to_string());
     assert_eq!(lines[1]["era"], "legacy");
+    // Every line has every documented field, and only those.
+    let documented = access_log_fields();
+    for line in &lines {
+        let keys: std::collections::BTreeSet<String> = line
+            .as_object()
+            .expect("a JSON object")
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, documented, "docs/operations.md's fields: {line}");
+    }
+    // A refusal after the body was read says what was refused.
     assert_eq!(lines[2]["error"], "header_mismatch_name");
+    assert_eq!(lines[2]["method"], "tools/call", "{log}");
+    assert_eq!(lines[2]["name"], "echo", "the body's name: {log}");
+    assert_eq!(lines[2]["era"], "modern", "{log}");
     for leaked in [
         "s3cr3t-credential-value",
         token.as_str(),
@@ -244,6 +259,30 @@ async fn the_access_log_is_json_and_never_carries_secrets() {
     ] {
         assert!(!log.contains(leaked), "the log carries {leaked}:\n{log}");
     }
+}
+
+/// The fields `docs/operations.md` promises on every access-log line: the first column of
+/// the table under `## Logs`, each backticked name.
+fn access_log_fields() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let fields: std::collections::BTreeSet<String> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("## Logs"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split(" | ").next())
+        .flat_map(|cell| {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(fields.len() > 10, "no field table in docs/operations.md");
+    fields
 }
 
 /// A sink that stops reading (a full disk, a stuck collector) costs log lines, never requests:

@@ -355,9 +355,16 @@ async fn every_edge_decision_has_the_span_shape_the_docs_promise() {
         .await;
     let refusal = one(&spans, "SERVER", "mcp-edge");
     assert!(the_edges(&spans, "CLIENT").is_empty(), "{spans:#?}");
+    // What was refused: the body was read, so the span is the operation's.
+    assert_eq!(refusal["name"], "tools/call echo", "{refusal:#}");
     assert_attrs(
         refusal,
         &[
+            ("mcp.method.name", json!("tools/call")),
+            ("gen_ai.tool.name", json!("echo")),
+            ("jsonrpc.request.id", json!("3")),
+            ("mcp.protocol.version", json!(MODERN)),
+            ("mcp.edge.era", json!("modern")),
             ("error.type", json!("header_mismatch_name")),
             ("rpc.response.status_code", json!("-32020")),
             ("mcp.edge.outcome", json!("rejected")),
@@ -366,8 +373,8 @@ async fn every_edge_decision_has_the_span_shape_the_docs_promise() {
         ],
     );
     assert_eq!(
-        refusal["status"], "UNSET",
-        "the caller's mistake is no server failure"
+        refusal["status"], "ERROR",
+        "the MCP conventions: ERROR whenever error.type is set"
     );
 
     // A hidden tool: answered by the edge as an absent one, never forwarded.
@@ -426,7 +433,7 @@ async fn every_edge_decision_has_the_span_shape_the_docs_promise() {
             ("http.response.status_code", json!(429)),
         ],
     );
-    assert_eq!(span["status"], "UNSET");
+    assert_eq!(span["status"], "ERROR", "error.type is set");
 
     // A task poll goes to the task's member.
     let mut create = tool_call(30, "long");
@@ -900,11 +907,19 @@ async fn the_mcp_operation_metric_keeps_its_labels_bounded() {
             "mcp_server_operation_duration_seconds_count{{error_type=\"{error}\",gen_ai_tool_name=\"{tool}\",mcp_method_name=\"tools/call\",route=\"/mcp\"}} 1"
         )
     };
+    // Refused once the body was read: the operation was still asked for.
+    let refused = modern_request(&client(), &url, &tool_call(5, "echo"))
+        .header("mcp-name", "other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
     let want = [
         series("", "echo"),
         series("", "_OTHER"),
         series("-32603", "echo"),
         series("_OTHER", "echo"),
+        series("header_mismatch_name", "echo"),
     ];
     let mut text = String::new();
     let all = poll_until(PATIENCE, async || {

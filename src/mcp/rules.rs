@@ -126,6 +126,38 @@ pub fn check_post(
     }
 }
 
+/// What a single message the rules refused still says, so the refusal's record (span,
+/// access log, operation metric) names what was refused: its method, id and the entry it
+/// names, and its era (the body's claim; without one, the header's revision when it is not
+/// a legacy one). Nothing for a body that is no readable single message, or whose claim is
+/// not a string (its revision unknown). Runs only on the refusal's path: a second peek.
+pub fn refused(headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+    let Ok(Body::Single(m)) = peek::peek(body) else {
+        return None;
+    };
+    if m.not_an_object {
+        return None;
+    }
+    let era = match &m.params.claim {
+        Some(claim) => Era::Modern(claim.as_str()?.to_owned()),
+        None => match header(headers, PROTOCOL_VERSION, None).ok().flatten() {
+            Some(v) if !super::is_legacy_version(&v) => Era::Modern(v),
+            _ => Era::Legacy,
+        },
+    };
+    let method = m.method();
+    Some(Verdict {
+        era,
+        method: method.map(str::to_owned),
+        id: m.id_value(),
+        name: None,
+        tasks: false,
+        target: target(method, &m),
+        batch: false,
+        has_id: m.id.is_some(),
+    })
+}
+
 fn check_batch(
     batch: &peek::Batch,
     modern_header: Option<&str>,

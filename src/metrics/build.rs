@@ -176,6 +176,11 @@ fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
             "mcp_edge_rate_limit_fallback",
             "1 while Redis cannot decide rate limits and each replica decides with its share",
         )?,
+        rate_redis_failures: r.counter(
+            "mcp_edge_rate_limit_redis_failures_total",
+            "Why Redis did not give a rate-limit decision, by cause (authentication, oom, timeout, refused, reset, other): each failed decision, and each cause a look at a new connection found behind decisions that missed their deadline",
+            &["cause"],
+        )?,
         jwks_fetches: r.counter(
             "mcp_edge_jwks_fetches_total",
             "JWKS URL fetches by result (success, failure)",
@@ -415,6 +420,7 @@ fn preregister(m: &Metrics) {
     zeroes::<Holder>(&m.budget.refusals);
     zeroes::<Eviction>(&m.budget.evictions);
     zeroes::<HandshakeFailure>(&m.tls.handshake_failures);
+    zeroes::<RedisCause>(&m.access.rate_redis_failures);
     zeroes::<ReloadResult>(&m.tls.certificate_reloads);
     zeroes::<SpanDrop>(&m.traces.spans_dropped);
     for era in [EraLabel::Modern, EraLabel::Legacy] {

@@ -172,3 +172,22 @@ pub enum Outcome {
 pub(crate) fn label<L: Into<&'static str>>(l: L) -> &'static str {
     l.into()
 }
+
+/// Why Redis did not give a rate-limit decision: the `cause` label of
+/// `mcp_edge_rate_limit_redis_failures_total` (`identity/rate/cause.rs` names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum RedisCause {
+    /// Refused for its credential: `NOAUTH`, `WRONGPASS`, `NOPERM` (a password changed).
+    Authentication,
+    /// Out of memory (`OOM`, `maxmemory` reached with no eviction).
+    Oom,
+    /// No answer in time.
+    Timeout,
+    /// The connection was refused (nothing listens).
+    Refused,
+    /// The connection broke (reset, closed, broken pipe).
+    Reset,
+    /// Anything else Redis or the connection said.
+    Other,
+}

@@ -87,6 +87,8 @@ pub struct AccessMetrics {
     pub rate_store_seconds: Histogram,
     /// 1 while Redis cannot decide and replicas decide locally.
     pub rate_fallback: IntGauge,
+    /// Why Redis did not decide, by cause.
+    pub rate_redis_failures: IntCounterVec,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
 }
@@ -235,6 +237,15 @@ pub fn rate_store_seconds(took: std::time::Duration) {
 /// Replicas decide locally (`true`) or through Redis again.
 pub fn rate_fallback(on: bool) {
     get().access.rate_fallback.set(i64::from(on));
+}
+
+/// Redis did not decide, for `cause`.
+pub fn rate_redis_failure(cause: RedisCause) {
+    get()
+        .access
+        .rate_redis_failures
+        .with_label_values(&[label(cause)])
+        .inc();
 }
 
 pub fn stdio_stop(pool: &str, how: StdioStop) {

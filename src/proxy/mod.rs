@@ -129,7 +129,8 @@ impl ProxyHttp for Edge {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let member = upstream::choose(ctx).await?;
-        let peer = upstream::peer(ctx, member);
+        let mut peer = upstream::peer(ctx, member);
+        stages::handoff::fresh_connection(ctx, &mut peer);
         pipeline::attempt(ctx, self);
         Ok(peer)
     }
@@ -141,9 +142,10 @@ impl ProxyHttp for Edge {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        if end_of_stream && body.is_some() {
+        if end_of_stream && body.is_some() && !ctx.handed_off() {
             // The whole body is on its way upstream, and a request is never sent twice:
-            // the edge's copy can go.
+            // the edge's copy can go. A forward keeps it until the answer's head (it may go
+            // once more if its connection was dead: `stages::handoff::once_more`).
             ctx.stored.release();
         }
         Ok(())
@@ -212,10 +214,10 @@ impl ProxyHttp for Edge {
         _session: &mut Session,
         e: Box<Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<Error> {
         pipeline::attempt_failed(ctx, &e);
-        upstream::proxy_failed(e).more_context(format!("Peer: {peer}"))
+        upstream::proxy_failed(ctx, e, client_reused).more_context(format!("Peer: {peer}"))
     }
 
     fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, e: &Error) -> bool {

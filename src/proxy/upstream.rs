@@ -211,13 +211,34 @@ fn eject(pool: &crate::routing::Pool, member: &Member, e: &Error) {
 
 /// The upstream failed while the request was being proxied. At most once: a request is
 /// sent again (to the same member for a session, else to another) only when none of it was
-/// written, that is when writing its head to a pooled connection failed at once. Any other
-/// failure may come after the member acted on the request, so the client gets 502/504 and
-/// decides itself.
-pub fn proxy_failed(e: Box<Error>) -> Box<Error> {
+/// written, that is when writing its head to a pooled connection failed at once; or when
+/// it was handed to another replica on a pooled connection that turned out dead
+/// ([`dead_hop`]). Any other failure may come after the member acted on the request, so the
+/// client gets 502/504 and decides itself. `reused`: the connection came from the pool.
+pub fn proxy_failed(ctx: &mut Ctx, e: Box<Error>, reused: bool) -> Box<Error> {
     let mut e = e;
-    e.set_retry(nothing_written(&e));
+    let again = nothing_written(&e) || dead_hop(ctx, &e, reused);
+    e.set_retry(again);
     e
+}
+
+/// A forward to the replica holding the state, written to a pooled connection that failed
+/// (reset, closed) before any of the answer came: the replica died while the connection sat
+/// idle. It goes once more on a new connection with the same signature
+/// ([`super::stages::handoff::once_more`]): the replica refuses a nonce it has seen, so
+/// the forward is served at most once even if the first copy reached it; a replica that is
+/// gone refuses the connection, and the client gets the 404 of a session gone (never a 502
+/// for a connection that was dead before the request was written).
+fn dead_hop(ctx: &mut Ctx, e: &Error, reused: bool) -> bool {
+    let broke = matches!(
+        e.etype(),
+        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+    );
+    reused
+        && broke
+        && ctx.handed_off()
+        && ctx.upstream.status.is_none()
+        && super::stages::handoff::once_more(ctx)
 }
 
 /// Pingora 0.9.1 reports a failed write of the request head as `WriteError` "while writing

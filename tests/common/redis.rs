@@ -29,6 +29,27 @@ impl Redis {
         Redis::with(Vec::new(), false)
     }
 
+    /// Plain TCP, with a password.
+    pub fn start_with_password(password: &str) -> Redis {
+        Redis::with(vec!["--requirepass".into(), password.into()], false)
+    }
+
+    /// `redis-cli` against this server, authenticated with `password`: its output.
+    pub fn cli(&self, password: &str, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "--no-auth-warning",
+                "-a",
+                password,
+            ])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("redis-cli: {e} (scripts/setup.sh installs it)"));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// TLS only (`cert`, `key` in PEM; clients not asked for certificates), with a password.
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, password: &str) -> Redis {
         let args = [

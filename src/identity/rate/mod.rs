@@ -12,6 +12,7 @@
 //!   its deadline: each replica takes the limit divided by the live replicas it knows of
 //!   ([`crate::fleet`]), so the fleet as a whole stays near the limit.
 
+mod cause;
 pub mod shared;
 
 use std::net::IpAddr;

@@ -15,7 +15,9 @@
 //!   its local buckets sized by the fleet ([`super::RateLimit::fallback`]). That starts an
 //!   episode, logged once and shown by `mcp_edge_rate_limit_fallback`: while it lasts, requests
 //!   go to the local buckets at once, and one request every [`PROBE_EVERY`] asks Redis again;
-//!   two answers in a row end it (logged once). An episode that lasts gets a new connection
+//!   two answers in a row end it (logged once). While it lasts, each change of its cause
+//!   (authentication, OOM, timeout, refused, reset) is logged once and every cause counted
+//!   ([`super::cause`]: a missed deadline is looked into). An episode that lasts gets a new connection
 //!   every few seconds (a connection that went silent is not given up by the client on its
 //!   own), and a vanished Redis ends the connection within `TCP_USER_TIMEOUT`.
 //! - A decision that missed its deadline may still be taken in Redis later: the caller was
@@ -29,8 +31,9 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::cause::{self, Causes};
 use super::{Limited, RateSettings};
-use crate::metrics;
+use crate::metrics::{self, RedisCause};
 
 /// While Redis cannot decide, how often one request asks it again.
 pub const PROBE_EVERY: Duration = Duration::from_millis(250);
@@ -85,8 +88,8 @@ pub struct Store {
     replaced: AtomicU64,
     /// Answers in a row since the last failure (an episode ends after [`ANSWERS_TO_END`]).
     answers: AtomicU64,
-    /// Why the episode began (logged once when it ends too).
-    why: Mutex<String>,
+    /// Why Redis does not decide (named as it changes, logged when the episode ends too).
+    causes: Arc<Causes>,
 }
 
 /// Answers in a row that end an episode: one lucky answer from a Redis on the edge of the
@@ -161,7 +164,6 @@ impl Store {
         .map_err(failed)?;
         let connection = manager(&client).map_err(failed)?;
         Ok(Store {
-            settings,
             client,
             connection: Mutex::new(connection),
             falling_back: AtomicBool::new(false),
@@ -169,7 +171,8 @@ impl Store {
             episode_began: AtomicU64::new(0),
             replaced: AtomicU64::new(0),
             answers: AtomicU64::new(0),
-            why: Mutex::new(String::new()),
+            causes: Causes::new(redact(&settings.url)),
+            settings,
         })
     }
 
@@ -259,19 +262,20 @@ impl Store {
                 read(&answer)
             }
             Ok(Ok(Err(e))) => {
-                self.fell_back(&e.to_string());
+                self.fell_back(cause::classify(&e), &e.to_string());
                 None
             }
             Ok(Err(e)) => {
-                self.fell_back(&format!("the decision's task failed: {e}"));
+                let why = format!("the decision's task failed: {e}");
+                self.fell_back(RedisCause::Other, &why);
                 None
             }
             Err(_) => {
                 abort.abort();
-                self.fell_back(&format!(
-                    "no answer within {} ms",
-                    self.settings.timeout.as_millis()
-                ));
+                let why = format!("no answer within {} ms", self.settings.timeout.as_millis());
+                self.fell_back(RedisCause::Timeout, &why);
+                // Silence names no cause: look for one behind it.
+                self.causes.look(&self.client, rt);
                 None
             }
         }
@@ -301,16 +305,17 @@ impl Store {
             return;
         }
         metrics::rate_fallback(false);
-        let why = std::mem::take(&mut *self.lock_why());
+        let why = self.causes.ended();
         log::info!(
             "rate limits: Redis at {} decides again (it had not: {why}); limits hold across the fleet",
             redact(&self.settings.url)
         );
     }
 
-    /// Redis did not decide: an episode starts (logged once), unless one is on; one that
-    /// lasts gets a new connection.
-    fn fell_back(&self, why: &str) {
+    /// Redis did not decide (for `cause`, in Redis's words `why`): an episode starts (logged
+    /// once), unless one is on, in which case a new cause is named (a timeout only when a
+    /// look finds nothing else); one that lasts gets a new connection.
+    fn fell_back(&self, cause: RedisCause, why: &str) {
         self.answers.store(0, Ordering::Relaxed);
         let now = now_ms();
         self.next_probe
@@ -318,12 +323,18 @@ impl Store {
         if !self.falling_back.swap(true, Ordering::Relaxed) {
             self.episode_began.store(now, Ordering::Relaxed);
             metrics::rate_fallback(true);
-            *self.lock_why() = why.to_string();
+            self.causes.began(cause, why);
             log::warn!(
-                "rate limits: Redis at {} did not decide ({why}); each replica decides locally with its share of each limit (the limit divided by the live replicas it knows) until Redis answers again",
-                redact(&self.settings.url)
+                "rate limits: Redis at {} did not decide ({why}; cause: {}); each replica decides locally with its share of each limit (the limit divided by the live replicas it knows) until Redis answers again",
+                redact(&self.settings.url),
+                metrics::label(cause)
             );
             return;
+        }
+        if cause == RedisCause::Timeout {
+            metrics::rate_redis_failure(cause);
+        } else {
+            self.causes.seen(cause, why);
         }
         let since = now.saturating_sub(self.episode_began.load(Ordering::Relaxed));
         let last = self.replaced.load(Ordering::Relaxed);
@@ -341,10 +352,6 @@ impl Store {
                 Err(e) => log::warn!("rate limits: a new Redis connection: {e}"),
             }
         }
-    }
-
-    fn lock_why(&self) -> std::sync::MutexGuard<'_, String> {
-        self.why.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

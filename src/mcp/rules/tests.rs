@@ -189,3 +189,32 @@ fn unsupported_version_lists_supported_and_requested() {
         json!({"supported":["2026-07-28"],"requested":"2099-01-01"})
     );
 }
+
+#[test]
+fn a_refused_message_still_says_what_it_asked_for() {
+    let body = call("tools/call", json!(3), json!({"name": "echo"}));
+    let mismatch = hdrs(&[
+        ("mcp-protocol-version", MODERN.as_bytes()),
+        ("mcp-method", b"tools/call"),
+        ("mcp-name", b"other"),
+    ]);
+    assert!(check_post(&mismatch, body.as_bytes(), &policy()).is_err());
+    let read = refused(&mismatch, body.as_bytes()).expect("a readable message");
+    assert_eq!(read.era, Era::Modern(MODERN.into()));
+    assert_eq!(read.method.as_deref(), Some("tools/call"));
+    assert_eq!(read.id, Some(json!(3)));
+    assert_eq!(read.target.map(|t| t.value), Some("echo".to_string()));
+    assert_eq!(read.name, None, "the header's name was not believed");
+    // No claim: the header's revision, else legacy.
+    let bare = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}).to_string();
+    let header = hdrs(&[("mcp-protocol-version", MODERN.as_bytes())]);
+    let era = |h: &HeaderMap| refused(h, bare.as_bytes()).map(|v| v.era);
+    assert_eq!(era(&header), Some(Era::Modern(MODERN.into())));
+    assert_eq!(era(&HeaderMap::new()), Some(Era::Legacy));
+    // Nothing to say of a body that is no single readable message.
+    for body in ["not json", "[1,2]", "7"] {
+        assert_eq!(refused(&HeaderMap::new(), body.as_bytes()), None, "{body}");
+    }
+    let odd_claim = r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":7}}}"#;
+    assert_eq!(refused(&HeaderMap::new(), odd_claim.as_bytes()), None);
+}

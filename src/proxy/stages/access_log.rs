@@ -135,7 +135,7 @@ struct Line<'a> {
     rate_limit: Option<&'static str>,
     policy: Option<&'static str>,
     policy_rule: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `null` unless `access_log.argument_names` (every field is on every line).
     arguments: Option<&'a [String]>,
 }
 

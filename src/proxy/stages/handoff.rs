@@ -14,8 +14,11 @@
 //!   replica holding its stream (`sse_bridge.rs`), named in its token the same way. The request is pinned to that replica
 //!   (`ctx.request.pinned`) and the stages after this one run there, not here.
 //! - Out (the relay, `proxy/pipeline.rs`): the request as the client sent it, signed; the
-//!   answer, event streams included, comes back as the owner wrote it. Never sent twice
-//!   (`proxy/upstream.rs`): a forward that may have been read is not retried.
+//!   answer, event streams included, comes back as the owner wrote it. Never served twice:
+//!   a forward that may have been read is retried only where the owner's nonce check
+//!   makes a second copy harmless (a pooled connection found dead before any answer,
+//!   `proxy/upstream.rs`): once, on a new connection, with the same signature; the edge's
+//!   copy of the body is kept until the answer's head for it.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -102,6 +105,8 @@ impl Stage for HandOff {
                 a.ctx.stages.handoff = Some(Box::new(State {
                     next,
                     refused: false,
+                    signed: None,
+                    redo: false,
                 }));
                 metrics::get().handoff(Handoff::Sent);
                 Ok(Flow::HandOff)
@@ -135,6 +140,11 @@ impl Stage for HandOff {
         let Some(to) = o.ctx.upstream.member().map(|m| m.addr) else {
             return Ok(());
         };
+        if let Some(signature) = signed_for(o.ctx, to) {
+            // The same forward again (its connection was dead): the same nonce, so the
+            // replica serves it at most once, whatever reached it.
+            return o.head.insert_header(hop::HEADER, signature);
+        }
         let body = o.ctx.stored.bytes();
         let forward = hop::Forward {
             to,
@@ -143,8 +153,17 @@ impl Stage for HandOff {
             body: &body,
         };
         let signature = hop::sign(&sessions.ring, o.head, forward, now_secs());
+        if let Some(state) = o.ctx.stages.handoff.as_deref_mut() {
+            state.signed = Some((to, signature.clone()));
+        }
         o.head.insert_header(hop::HEADER, signature)
     }
+}
+
+/// The signature this request's forward to `to` already carries, if it was signed.
+fn signed_for(ctx: &Ctx, to: SocketAddr) -> Option<String> {
+    let (signed_to, signature) = ctx.stages.handoff.as_deref()?.signed.as_ref()?;
+    (*signed_to == to).then(|| signature.clone())
 }
 
 /// Where a request handed on may go when its first choice refuses the connection.
@@ -155,6 +174,36 @@ pub struct State {
     /// The last try's replica refused the connection (it is leaving): the next try goes to
     /// the next keeper, not to it again.
     pub refused: bool,
+    /// The replica and signature of the forward (sent again, it is signed the same).
+    pub signed: Option<(SocketAddr, String)>,
+    /// The forward goes once more, on a new connection: its pooled one was dead.
+    pub redo: bool,
+}
+
+/// A pooled connection to the replica holding the state failed before any of the answer
+/// came (the replica died while it sat idle: a reset, a close): the forward may go once
+/// more, to the same replica, on a new connection, signed the same (`true`). Only once,
+/// and only for a forward signed already (its nonce is what makes a second copy harmless).
+pub fn once_more(ctx: &mut Ctx) -> bool {
+    let Some(state) = ctx.stages.handoff.as_deref_mut() else {
+        return false;
+    };
+    if state.redo || state.signed.is_none() {
+        return false;
+    }
+    state.redo = true;
+    log::info!("a pooled hand-off connection was dead; sending the forward once more on a new one");
+    true
+}
+
+/// The peer of a forward sent once more gets a connection of its own: a pool key no other
+/// request has, so Pingora connects anew rather than reuse another pooled connection to a
+/// replica that may be gone.
+pub fn fresh_connection(ctx: &Ctx, peer: &mut pingora::prelude::HttpPeer) {
+    static KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    if ctx.stages.handoff.as_deref().is_some_and(|s| s.redo) {
+        peer.group_key = KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The replica for another try of a caller's request: the next keeper after a refused
@@ -195,6 +244,8 @@ struct Holder {
 /// at fault, and gets 502).
 pub fn answered(head: &ResponseHeader, ctx: &mut Ctx) -> pingora::Result<()> {
     ctx.upstream.status = Some(head.status.as_u16());
+    // The forward will not be sent again: the edge's copy of the body can go.
+    ctx.stored.release();
     let refused = head.status == http::StatusCode::FORBIDDEN
         && head
             .headers

@@ -109,10 +109,6 @@ pub enum Failure<'a> {
     Status(u16),
 }
 
-/// JSON-RPC errors a server's span does not count as its failure: the caller's mistakes
-/// (the OpenTelemetry MCP conventions' list).
-const CALLER_CODES: &[&str] = &["-32700", "-32600", "-32601", "-32602", "-32002"];
-
 impl Failure<'_> {
     /// The request's failure, if it failed: the edge's error first, then what the answer
     /// said, then the member's status.
@@ -170,18 +166,6 @@ impl Failure<'_> {
             _ => None,
         }
     }
-
-    /// A failure of the server side (the edge or the member), not the caller's: the span's
-    /// status is an error. The edge's answers below 500 (a refusal, a 429) and the
-    /// JSON-RPC errors that name the caller's mistake are not.
-    pub fn is_server_side(&self) -> bool {
-        match self {
-            Failure::Edge(e) => e.status() >= 500,
-            Failure::Code(code) => !CALLER_CODES.contains(code),
-            Failure::ToolError | Failure::Status(_) => true,
-            Failure::Cancelled => false,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -189,22 +173,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn labels_stay_bounded_and_the_callers_mistakes_are_not_failures() {
+    fn labels_stay_bounded() {
         assert_eq!(Failure::Code("-32603").label(), "-32603");
         assert_eq!(Failure::Code("-32042").label(), "-32042");
         assert_eq!(Failure::Code("7").label(), "_OTHER");
         assert_eq!(Failure::Code("-99999999999").label(), "_OTHER");
-        assert!(!Failure::Code("-32602").is_server_side());
-        assert!(Failure::Code("-32603").is_server_side());
-        assert!(!Failure::Edge(&EdgeError::RateLimited {
+        let limited = EdgeError::RateLimited {
             retry_after_ms: 1,
-            limit: 1
-        })
-        .is_server_side());
-        assert!(Failure::Edge(&EdgeError::UpstreamTimeout {
-            detail: String::new()
-        })
-        .is_server_side());
+            limit: 1,
+        };
+        assert_eq!(Failure::Edge(&limited).label(), "rate_limited");
         assert_eq!(Failure::Status(503).error_type(), "503");
     }
 }

@@ -2,10 +2,12 @@
 //! headers against the body (-32020), its revision against the route's `versions` narrowed
 //! to what the pool's members speak (-32022), a well-formed JSON-RPC message. Its verdict
 //! (`ctx.request.message`, `ctx.request.era`) is what every later stage reads of the body.
-//! The HTTP+SSE messages endpoint serves legacy revisions only.
+//! A refused message is recorded too, as far as it could be read (its method, the entry it
+//! names, its era): the refusal's span, access-log line and operation metric say what was
+//! refused. The HTTP+SSE messages endpoint serves legacy revisions only.
 
 use crate::error::{EdgeError, Rejection};
-use crate::mcp::rules::{check_post, Era};
+use crate::mcp::rules::{check_post, refused, Era, Verdict};
 use crate::proxy::stage::{Admission, Flow, Stage};
 use crate::runtime::EndpointKind;
 
@@ -23,19 +25,34 @@ impl Stage for Rules {
             return Ok(Flow::Next);
         }
         let headers = &a.session.req_header().headers;
-        let verdict = check_post(headers, body.bytes(), &endpoint.route.versions)?;
-        if endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy {
+        let verdict = match check_post(headers, body.bytes(), &endpoint.route.versions) {
+            Ok(verdict) => verdict,
+            Err(refusal) => {
+                if let Some(read) = refused(headers, body.bytes()) {
+                    record(a, read);
+                }
+                return Err(refusal);
+            }
+        };
+        let legacy_only = endpoint.kind == EndpointKind::Messages && verdict.era != Era::Legacy;
+        let id = verdict.id.clone();
+        record(a, verdict);
+        if legacy_only {
             let detail = "the HTTP+SSE messages endpoint serves legacy revisions only";
             return Err(Rejection::with_id(
                 EdgeError::InvalidRequest {
                     detail: detail.into(),
                 },
-                verdict.id,
+                id,
             ));
         }
-        a.ctx.labels.record(&verdict);
-        a.ctx.request.era = Some(verdict.era.clone());
-        a.ctx.request.message = Some(Box::new(verdict));
         Ok(Flow::Next)
     }
+}
+
+/// What the body says, for every later stage (and the logging stages).
+fn record(a: &mut Admission<'_>, verdict: Verdict) {
+    a.ctx.labels.record(&verdict);
+    a.ctx.request.era = Some(verdict.era.clone());
+    a.ctx.request.message = Some(Box::new(verdict));
 }

@@ -253,7 +253,9 @@ fn finish(ctx: &mut Ctx, status: Option<u16>) {
         server.extend(operation(ctx, state.legacy_version.as_deref()));
         server.extend(outcome);
         server.extend(decisions(ctx, status));
-        if let Some(f) = failure.filter(Failure::is_server_side) {
+        // The MCP conventions: ERROR whenever `error.type` is set (a refusal too), its
+        // description the error's message.
+        if let Some(f) = failure {
             server.fail(description(&f));
         }
         state.tracing.end(server);
