@@ -224,6 +224,15 @@ impl Runtime {
         }
     }
 
+    /// The session key ring, for what must seal (bridged clients' sessions and streams).
+    pub fn ring(&self) -> Result<&Sessions, crate::error::EdgeError> {
+        self.sessions
+            .as_deref()
+            .ok_or(crate::error::EdgeError::Internal {
+                detail: "bridging needs the session key ring".into(),
+            })
+    }
+
     /// Ready: every pool has at least one healthy member.
     pub fn ready(&self) -> bool {
         self.pools.values().all(|p| p.ready())

@@ -185,6 +185,7 @@ fn the_map_lists_the_pipeline_stages_in_order() {
         ("upstream request", pipeline::UPSTREAM_REQUEST),
         ("relay", pipeline::RELAY),
         ("response (", pipeline::RESPONSE),
+        ("relay response", pipeline::RELAY_RESPONSE),
         ("response body", pipeline::RESPONSE_BODY),
         ("answer", pipeline::ANSWER),
         ("logging", pipeline::LOGGING),

@@ -138,6 +138,19 @@ pub struct Request {
     pub hop: Option<Box<crate::fleet::hop::Hop>>,
     /// What the route's rate limit and policy decided (policy), for the trace and the log.
     pub decided: Decided,
+    /// A bridged HTTP+SSE client's stream the request's answer goes to (sse_bridge).
+    pub held_stream: Option<u64>,
+    /// What the bridge decided for such a request's answer (bridge).
+    pub stream_reply: Option<Box<StreamReply>>,
+}
+
+/// For a request whose answer goes to a bridged HTTP+SSE client's stream: the id the answer
+/// goes with when it is not the request's own (a retry answers its first request), and the
+/// request as it went to the member, kept while the member may ask the client for input.
+#[derive(Debug, Default)]
+pub struct StreamReply {
+    pub answers: Option<String>,
+    pub kept: Option<crate::session::streams::Asked>,
 }
 
 /// What admission's checks decided about a request.

@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod body;
 pub mod ctx;
+pub mod edge;
 pub mod pipeline;
 pub mod replay;
 pub mod respond;
@@ -18,68 +19,16 @@ pub mod stage;
 pub mod stages;
 pub mod upstream;
 
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
-use tokio::sync::watch;
 
-use crate::config::TraceContext;
-use crate::mcp::media::{self, Media};
-use crate::ops::tracing::Tracing;
-use crate::runtime::Runtime;
 use ctx::Ctx;
+pub use edge::{Edge, Listening, Load};
 use stage::{Admission, Flow, Outbound};
-pub use stages::limits::Load;
-
-/// The edge: one per listener, sharing the runtime snapshot, the cutoff switch for event
-/// streams, the process-wide load counters and the tracer.
-pub struct Edge {
-    runtime: Arc<ArcSwap<Runtime>>,
-    /// Turns `true` when the edge shuts down: open event streams end.
-    cutoff: watch::Receiver<bool>,
-    pub(crate) load: Load,
-    /// This listener speaks TLS (`X-Forwarded-Proto: https`).
-    pub(crate) tls: bool,
-    /// Spans, when `[tracing]` is configured.
-    pub(crate) tracing: Option<Arc<Tracing>>,
-    /// What this listener does with a client's trace context.
-    pub(crate) trace_context: TraceContext,
-    /// The hand-off listener: only requests other replicas signed.
-    pub(crate) handoff: bool,
-}
-
-/// What an edge knows of its listener.
-pub struct Listening {
-    pub tls: bool,
-    pub tracing: Option<Arc<Tracing>>,
-    pub trace_context: TraceContext,
-    pub handoff: bool,
-}
-
-impl Edge {
-    pub fn new(
-        runtime: Arc<ArcSwap<Runtime>>,
-        cutoff: watch::Receiver<bool>,
-        load: Load,
-        listening: Listening,
-    ) -> Self {
-        Edge {
-            runtime,
-            cutoff,
-            load,
-            tls: listening.tls,
-            tracing: listening.tracing,
-            trace_context: listening.trace_context,
-            handoff: listening.handoff,
-        }
-    }
-}
 
 #[async_trait]
 impl ProxyHttp for Edge {
@@ -100,27 +49,18 @@ impl ProxyHttp for Edge {
             ctx,
         };
         match pipeline::request(admission).await {
-            Ok(Flow::Next | Flow::HandOff) => {
-                // A bridged HTTP+SSE POST's answer goes to the client's stream: the POST
-                // itself is answered now.
-                let answered = stages::sse_bridge::accept(session, ctx).await;
-                self.install_replay(session, ctx, answered);
-                Ok(false)
-            }
-            Ok(Flow::Hold(held)) => {
-                stages::sse_bridge::hold(session, ctx, self, held).await;
-                Ok(true)
-            }
+            Ok(Flow::Next | Flow::HandOff) => self.install_replay(session, ctx, false),
+            // The client has its answer; the member's goes elsewhere.
+            Ok(Flow::Accepted) => self.install_replay(session, ctx, true),
+            Ok(Flow::Hold(held)) => held.hold(session, ctx, self).await,
             Ok(Flow::Answer(answer) | Flow::AnswerOnceAdmitted(answer)) => {
-                respond::answer(session, ctx, answer).await;
-                Ok(true)
+                respond::answer(session, ctx, answer).await
             }
-            Ok(Flow::Written) => Ok(true),
-            Err(rejection) => {
-                respond::reject(session, ctx, rejection).await;
-                Ok(true)
-            }
+            Ok(Flow::Written) => {}
+            Err(rejection) => respond::reject(session, ctx, rejection).await,
         }
+        // Pingora goes on to a member only when no answer was written.
+        Ok(ctx.handback.is_none())
     }
 
     async fn upstream_peer(
@@ -129,8 +69,7 @@ impl ProxyHttp for Edge {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let member = upstream::choose(ctx).await?;
-        let mut peer = upstream::peer(ctx, member);
-        stages::handoff::fresh_connection(ctx, &mut peer);
+        let peer = upstream::peer(ctx, member);
         pipeline::attempt(ctx, self);
         Ok(peer)
     }
@@ -142,11 +81,8 @@ impl ProxyHttp for Edge {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        if end_of_stream && body.is_some() && !ctx.handed_off() {
-            // The whole body is on its way upstream, and a request is never sent twice:
-            // the edge's copy can go. A forward keeps it until the answer's head (it may go
-            // once more if its connection was dead: `stages::handoff::once_more`).
-            ctx.stored.release();
+        if end_of_stream && body.is_some() {
+            upstream::body_sent(ctx);
         }
         Ok(())
     }
@@ -174,10 +110,7 @@ impl ProxyHttp for Edge {
             head: upstream,
             ctx,
         };
-        match outbound.ctx.handed_off() {
-            true => pipeline::relay(outbound),
-            false => pipeline::upstream_request(outbound),
-        }
+        pipeline::upstream_request(outbound)
     }
 
     async fn upstream_response_filter(
@@ -186,12 +119,6 @@ impl ProxyHttp for Edge {
         resp: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        ctx.response.media = Media::of_headers(&resp.headers);
-        ctx.response.encoded = media::is_encoded(&resp.headers);
-        if ctx.handed_off() {
-            // The replica holding the state wrote the answer: it passes as it is.
-            return stages::handoff::answered(resp, ctx);
-        }
         pipeline::response(resp, ctx, self)
     }
 
@@ -202,9 +129,7 @@ impl ProxyHttp for Edge {
         end: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        if !ctx.handed_off() {
-            pipeline::response_body(body, end, ctx)?;
-        }
+        pipeline::response_body(body, end, ctx)?;
         Ok(None)
     }
 
@@ -262,24 +187,5 @@ impl ProxyHttp for Edge {
         }
         pipeline::logging(session, ctx);
         crate::net::connections::request_ended();
-    }
-}
-
-impl Edge {
-    /// The request goes to a member: its body (possibly none) into a replay session, which
-    /// also bounds the member's silences and ends event streams at shutdown (`answered`: the
-    /// client has its answer already, none of the member's goes to it).
-    fn install_replay(&self, session: &mut Session, ctx: &mut Ctx, answered: bool) {
-        let t = ctx.snapshot.timeouts;
-        let silence = replay::Silence {
-            head: t.upstream_read,
-            gap: t.upstream_read,
-            stream_idle: t.stream_idle,
-        };
-        let body = ctx.request.body.take();
-        let (handback, stored) =
-            replay::install(session, body, self.cutoff.clone(), silence, answered);
-        ctx.handback = Some(handback);
-        ctx.stored = stored;
     }
 }

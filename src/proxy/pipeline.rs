@@ -16,10 +16,11 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use super::ctx::Ctx;
+use super::edge::Edge;
 use super::stage::{Admission, Flow, Outbound, Stage};
 use super::stages::*;
-use super::Edge;
 use crate::error::Rejection;
+use crate::mcp::media::{self, Media};
 
 mod priced;
 
@@ -33,6 +34,7 @@ macro_rules! pipeline {
         upstream_request: [$($upstream:ty),* $(,)?],
         relay: [$($relay:ty),* $(,)?],
         response: [$($response:ty),* $(,)?],
+        relay_response: [$($relay_response:ty),* $(,)?],
         response_body: [$($body:ty),* $(,)?],
         answer: [$($answer:ty),* $(,)?],
         logging: [$($logging:ty),* $(,)?] $(,)?
@@ -45,6 +47,7 @@ macro_rules! pipeline {
         pub const UPSTREAM_REQUEST: &[&str] = &[$(<$upstream as Stage>::NAME),*];
         pub const RELAY: &[&str] = &[$(<$relay as Stage>::NAME),*];
         pub const RESPONSE: &[&str] = &[$(<$response as Stage>::NAME),*];
+        pub const RELAY_RESPONSE: &[&str] = &[$(<$relay_response as Stage>::NAME),*];
         pub const RESPONSE_BODY: &[&str] = &[$(<$body as Stage>::NAME),*];
         pub const ANSWER: &[&str] = &[$(<$answer as Stage>::NAME),*];
         pub const LOGGING: &[&str] = &[$(<$logging as Stage>::NAME),*];
@@ -64,13 +67,15 @@ macro_rules! pipeline {
             if let Some(flow) = once_admitted {
                 return Ok(flow);
             }
+            let mut flow = Flow::Next;
             $(
-                match priced::request::<$admitted>(a).await? {
+                match priced::admitted::<$admitted>(a).await? {
                     Flow::Next => {}
+                    Flow::Accepted => flow = Flow::Accepted,
                     done => return Ok(done),
                 }
             )*
-            Ok(Flow::Next)
+            Ok(flow)
         }
 
         pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
@@ -81,32 +86,44 @@ macro_rules! pipeline {
             $(priced::attempt_failed::<$failed>(ctx, error);)*
         }
 
+        /// The head a member gets; for a request handed to the replica holding its state,
+        /// the relay: the request as the client sent it (that replica runs the stages),
+        /// signed.
         pub fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
-            $(priced::upstream_request::<$upstream>(o)?;)*
+            if o.ctx.handed_off() {
+                $(priced::upstream_request::<$relay>(o)?;)*
+            } else {
+                $(priced::upstream_request::<$upstream>(o)?;)*
+            }
             Ok(())
         }
 
-        /// The upstream request of a request handed to the replica holding its state: the
-        /// request as the client sent it (that replica runs the stages), signed.
-        pub fn relay(o: &mut Outbound<'_>) -> pingora::Result<()> {
-            $(priced::upstream_request::<$relay>(o)?;)*
-            Ok(())
-        }
-
+        /// What the member's head says, then the response stages; for a request handed to
+        /// another replica, the relay's (that replica wrote the answer: it passes as it is).
         pub fn response(
             head: &mut ResponseHeader,
             ctx: &mut Ctx,
             edge: &Edge,
         ) -> pingora::Result<()> {
-            $(priced::response::<$response>(head, ctx, edge)?;)*
+            ctx.response.media = Media::of_headers(&head.headers);
+            ctx.response.encoded = media::is_encoded(&head.headers);
+            if ctx.handed_off() {
+                $(priced::response::<$relay_response>(head, ctx, edge)?;)*
+            } else {
+                $(priced::response::<$response>(head, ctx, edge)?;)*
+            }
             Ok(())
         }
 
+        /// A chunk of the member's answer (a relayed answer passes as it is).
         pub fn response_body(
             body: &mut Option<Bytes>,
             end: bool,
             ctx: &mut Ctx,
         ) -> pingora::Result<()> {
+            if ctx.handed_off() {
+                return Ok(());
+            }
             $(priced::response_body::<$body>(body, end, ctx)?;)*
             Ok(())
         }
@@ -148,6 +165,7 @@ pipeline! {
     ],
     admitted: [
         balance::Balance,
+        sse_bridge::SseBridge,
     ],
     attempt: [
         trace::Trace,
@@ -186,6 +204,9 @@ pipeline! {
         tasks::Tasks,
         sse_bridge::SseBridge,
     ],
+    relay_response: [
+        handoff::HandOff,
+    ],
     response_body: [
         outcome::Outcome,
         tasks::Tasks,
@@ -221,6 +242,7 @@ mod tests {
             UPSTREAM_REQUEST,
             RELAY,
             RESPONSE,
+            RELAY_RESPONSE,
             RESPONSE_BODY,
             ANSWER,
             LOGGING,

@@ -11,8 +11,8 @@ use crate::mcp::media::Media;
 use crate::mcp::rewrite::Transform;
 use crate::net::budget::Holder;
 use crate::proxy::ctx::{Ctx, Rewriting};
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::Stage;
-use crate::proxy::Edge;
 
 /// Rewrite this answer's messages with `transform` too (after those added before). The
 /// body changes length, so Pingora re-frames it. False when the answer is neither JSON nor

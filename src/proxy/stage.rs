@@ -3,12 +3,13 @@
 //! stages run in is [`super::pipeline`]'s.
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
 
 use super::answer::Answer;
 use super::ctx::Ctx;
-use super::Edge;
+use super::edge::Edge;
 use crate::error::Rejection;
 
 /// What a request stage decided.
@@ -27,7 +28,21 @@ pub enum Flow {
     HandOff,
     /// The edge holds an event stream for the client (a bridged HTTP+SSE client's), once
     /// the stages after this one let the request through.
-    Hold(Box<super::stages::sse_bridge::Held>),
+    Hold(Box<dyn Held>),
+    /// (admitted) The client has its answer already (a bridged HTTP+SSE POST's `202`); the
+    /// request still goes to a member, whose answer goes elsewhere.
+    Accepted,
+}
+
+/// An event stream the edge holds for the client itself, written by the stage that opened
+/// it until the client goes or the edge stops.
+pub trait Held: Send {
+    fn hold<'a>(
+        self: Box<Self>,
+        session: &'a mut Session,
+        ctx: &'a mut Ctx,
+        edge: &'a Edge,
+    ) -> BoxFuture<'a, ()>;
 }
 
 /// A request on its way in, before a member is chosen.
@@ -55,6 +70,13 @@ pub trait Stage {
     /// `request_filter`: a check or a decision before a member is chosen; a refusal is
     /// answered by the error boundary and the request never reaches a member.
     async fn request(_a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        Ok(Flow::Next)
+    }
+
+    /// `request_filter`, once every request stage let the request through to a member of
+    /// this replica's: a decision that needs the request admitted (room on a member), or an
+    /// early answer while the request still goes on ([`Flow::Accepted`]).
+    async fn admitted(_a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         Ok(Flow::Next)
     }
 

@@ -92,9 +92,20 @@ pub fn peer(ctx: &mut Ctx, member: Arc<Member>) -> Box<HttpPeer> {
     // idle pooled connection before the server closes it under a request that then could
     // not be sent again.
     peer.options.idle_timeout = Some(t.upstream_idle);
+    // A hand-off sent again after a dead pooled connection goes on a new one.
+    super::stages::handoff::fresh_connection(ctx, &mut peer);
     ctx.upstream.tried.push(member);
     ctx.upstream.started = Some(Instant::now());
     Box::new(peer)
+}
+
+/// The whole body is on its way upstream, and a request is never sent twice: the edge's
+/// copy can go. A forward keeps it until the answer's head (it may go once more if its
+/// connection was dead: `stages::handoff::once_more`).
+pub fn body_sent(ctx: &mut Ctx) {
+    if !ctx.handed_off() {
+        ctx.stored.release();
+    }
 }
 
 /// A connection to the current member failed: nothing of the request reached it. Eject

@@ -9,8 +9,8 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use super::super::ctx::Ctx;
+use super::super::edge::Edge;
 use super::super::stage::{Admission, Flow, Outbound, Stage};
-use super::super::Edge;
 use crate::error::Rejection;
 
 /// A request stage: its future's `poll` is priced under the stage's name ([`tagged::Request`]).
@@ -23,6 +23,18 @@ pub async fn request<S: Stage>(a: &mut Admission<'_>) -> Result<Flow, Rejection>
 #[inline(always)]
 pub async fn request<S: Stage>(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
     S::request(a).await
+}
+
+/// An admitted stage, priced like a request stage.
+#[cfg(feature = "price-tags")]
+pub async fn admitted<S: Stage>(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+    tagged::Request::<S, _>::new(S::admitted(a)).await
+}
+
+#[cfg(not(feature = "price-tags"))]
+#[inline(always)]
+pub async fn admitted<S: Stage>(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+    S::admitted(a).await
 }
 
 /// The functions below: out of line when priced, else inlined as if called directly.

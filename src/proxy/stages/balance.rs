@@ -26,8 +26,8 @@ use pingora::proxy::Session;
 use crate::error::{EdgeError, ErrorKind, Rejection};
 use crate::metrics::{self, balance::Rejection as Refused};
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Stage};
-use crate::proxy::Edge;
 use crate::routing::balance::{Acquired, Kind, Slot, Ticket, Want};
 use crate::routing::outliers::{is_failure_status, Failure};
 use crate::routing::{Member, Pool};
@@ -44,7 +44,7 @@ pub struct State {
 impl Stage for Balance {
     const NAME: &'static str = "balance";
 
-    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+    async fn admitted(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         if a.ctx.handed_off() {
             return Ok(Flow::Next);
         }

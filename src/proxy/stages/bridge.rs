@@ -36,7 +36,7 @@ use crate::mcp::{json, jsonrpc, MODERN_VERSION};
 use crate::metrics::{self, TokenOp};
 use crate::proxy::answer::Answer;
 use crate::proxy::body::Body;
-use crate::proxy::ctx::Ctx;
+use crate::proxy::ctx::{Ctx, StreamReply};
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
@@ -93,18 +93,22 @@ impl Stage for Bridge {
             return Ok(Flow::AnswerOnceAdmitted(Answer::empty(200)));
         };
         let req = a.session.req_header();
-        let client = match a.ctx.stages.sse_bridge.as_deref() {
-            Some(stream) => Client::Stream(stream.stream()),
+        let client = match request.held_stream {
+            Some(stream) => Client::Stream(stream),
             None => Client::Session(session::binding(req, request.principal.as_deref())),
         };
         let id = request.message.as_ref().and_then(|m| m.id.clone());
         let bridged = post(req, &a.ctx.snapshot, &endpoint.route, body, client);
-        let stream = a.ctx.stages.sse_bridge.as_deref_mut();
+        let streamed = request.held_stream.is_some();
         let (state, retry_of) = match bridged.map_err(|e| Rejection::with_id(e, id.clone()))? {
             Bridged::Answer(answer) => return Ok(Flow::AnswerOnceAdmitted(answer)),
             Bridged::Refused(id, answer) => {
-                if let Some(stream) = stream {
-                    stream.answers(id);
+                if streamed {
+                    let reply = StreamReply {
+                        answers: Some(id),
+                        kept: None,
+                    };
+                    request.stream_reply = Some(Box::new(reply));
                 }
                 return Ok(Flow::AnswerOnceAdmitted(answer));
             }
@@ -125,9 +129,9 @@ impl Stage for Bridge {
             retried(verdict, &state, first);
             a.ctx.labels.record(verdict);
         }
-        if let Some(stream) = stream {
+        if streamed {
             let id = id.as_ref().map(ToString::to_string);
-            remember(stream, &state, retry_of, id, body);
+            request.stream_reply = Some(Box::new(remember(&state, retry_of, id, body)));
         }
         a.ctx.stages.bridge = Some(state);
         Ok(Flow::Next)
@@ -176,7 +180,7 @@ impl Stage for Bridge {
         };
         if !ctx.response.encoded {
             // An HTTP+SSE client can be asked for input (`sse_bridge.rs` asks it).
-            let asks = ctx.stages.sse_bridge.is_some();
+            let asks = ctx.request.held_stream.is_some();
             let convert = ToLegacy { initialize, asks };
             rewrite::add(head, ctx, edge, Box::new(convert));
         }
@@ -218,13 +222,6 @@ fn invalid(detail: &str) -> EdgeError {
     }
 }
 
-/// The session key ring bridging seals with.
-pub(super) fn ring(snapshot: &crate::runtime::Runtime) -> Result<&Sessions, EdgeError> {
-    snapshot.sessions.as_deref().ok_or(EdgeError::Internal {
-        detail: "bridging needs the session key ring".into(),
-    })
-}
-
 /// A legacy POST on a bridged route.
 fn post(
     req: &RequestHeader,
@@ -233,7 +230,7 @@ fn post(
     body: &mut Body,
     client: Client,
 ) -> Result<Bridged, EdgeError> {
-    let sessions = ring(snapshot)?;
+    let sessions = snapshot.ring()?;
     let bytes = body.bytes().clone();
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(invalid("batches are not bridged to 2026-07-28 servers"));
@@ -309,22 +306,20 @@ fn retried(verdict: &mut crate::mcp::rules::Verdict, state: &State, id: &str) {
 /// An HTTP+SSE client's request as it goes to the member, kept while the member may ask the
 /// client for input; a retry's answer goes with the first request's id (`retry_of`).
 fn remember(
-    stream: &mut super::sse_bridge::State,
     state: &State,
     retry_of: Option<String>,
     id: Option<String>,
     body: &Body,
-) {
-    if let Some(first) = &retry_of {
-        stream.answers(first.clone());
-    }
-    let Some(id) = retry_of.or(id) else {
-        return;
-    };
-    if ASKING.contains(&state.method.as_str()) {
+) -> StreamReply {
+    let answers = retry_of.clone();
+    let kept = retry_of
+        .or(id)
+        .filter(|_| ASKING.contains(&state.method.as_str()));
+    let kept = kept.map(|id| {
         let (method, name) = (state.method.clone(), state.name.clone());
-        stream.keep(Asked::new(id, method, name, body.bytes().clone()));
-    }
+        Asked::new(id, method, name, body.bytes().clone())
+    });
+    StreamReply { answers, kept }
 }
 
 /// An HTTP+SSE client's answer to a question the edge asked for a server (`input_required`):

@@ -22,8 +22,8 @@ use pingora::proxy::Session;
 
 use crate::error::Rejection;
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Stage};
-use crate::proxy::Edge;
 use crate::runtime::EndpointKind;
 
 /// The origin this request's responses grant (an allowed one, on a route that has a list).

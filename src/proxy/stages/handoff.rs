@@ -33,6 +33,7 @@ use crate::fleet::Fleet;
 use crate::mcp::rules::Era;
 use crate::metrics::{self, Handoff, TokenFailure};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::routing::Member;
 use crate::runtime::EndpointKind;
@@ -158,6 +159,13 @@ impl Stage for HandOff {
         }
         o.head.insert_header(hop::HEADER, signature)
     }
+
+    /// (relay response) The head of the answer a request handed on got: passed as it is,
+    /// unless the replica refused the signed request (the fleet's key rings or clocks
+    /// disagree: the client is not at fault, and gets 502).
+    fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
+        answered(head, ctx)
+    }
 }
 
 /// The signature this request's forward to `to` already carries, if it was signed.
@@ -239,10 +247,8 @@ struct Holder {
     next: Vec<SocketAddr>,
 }
 
-/// The head of the answer a request handed on got: passed as it is, unless the replica
-/// refused the signed request (the fleet's key rings or clocks disagree: the client is not
-/// at fault, and gets 502).
-pub fn answered(head: &ResponseHeader, ctx: &mut Ctx) -> pingora::Result<()> {
+/// See [`HandOff`]'s relay response.
+fn answered(head: &ResponseHeader, ctx: &mut Ctx) -> pingora::Result<()> {
     ctx.upstream.status = Some(head.status.as_u16());
     // The forward will not be sent again: the edge's copy of the body can go.
     ctx.stored.release();

@@ -15,8 +15,8 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use crate::error::{EdgeError, Rejection};
 use crate::net::budget::{Budget, Holder, Reservation, STREAM_COST};
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Stage};
-use crate::proxy::Edge;
 use crate::runtime::{EndpointKind, Limits};
 
 /// The slots and memory one request holds (given back when its context drops).

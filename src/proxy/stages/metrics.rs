@@ -11,8 +11,8 @@ use super::outcome::Failure;
 use crate::error::EdgeError;
 use crate::metrics::{self, Outcome, RouteSeries};
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::Stage;
-use crate::proxy::Edge;
 
 /// Handles for requests that never matched a route.
 static NO_ROUTE: LazyLock<RouteSeries> = LazyLock::new(RouteSeries::default);

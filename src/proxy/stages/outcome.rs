@@ -13,8 +13,8 @@ use crate::error::EdgeError;
 use crate::mcp::media::Media;
 use crate::mcp::outcome::Outcome as Scan;
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::Stage;
-use crate::proxy::Edge;
 
 /// The scan of the member's answer, while it streams.
 #[derive(Default)]

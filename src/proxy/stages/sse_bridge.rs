@@ -32,13 +32,14 @@ use crate::mcp::{era, jsonrpc, sse};
 use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::net::budget::Holder;
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
+use crate::proxy::pipeline;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
-use crate::proxy::{pipeline, Edge};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::streams::{self, Asked};
 use crate::session::{self, Kind};
 
-pub use hold::{hold, Held};
+use hold::HeldStream;
 
 /// The largest message of a member's answer turned into one event (a stream queues at most
 /// [`streams::MAX_QUEUED_BYTES`]).
@@ -66,12 +67,34 @@ pub struct State {
     /// The request as it went to the member, kept while the member may ask the client for
     /// input (`tools/call`, `prompts/get`, `resources/read`).
     sent: Option<Asked>,
+    /// What the bridge decided for the answer (`ctx.request.stream_reply`) is taken.
+    adopted: bool,
+}
+
+/// This stage's state, with what the bridge decided for the answer taken into it once (the
+/// bridge runs after this stage's request phase, and before every later one).
+fn state(ctx: &mut Ctx) -> Option<&mut State> {
+    let state = ctx.stages.sse_bridge.as_deref_mut()?;
+    if !state.adopted {
+        state.adopted = true;
+        if let Some(reply) = ctx.request.stream_reply.as_deref() {
+            if let Some(first) = &reply.answers {
+                state.id = Some(first.clone());
+            }
+            state.sent = reply.kept.clone();
+        }
+    }
+    Some(state)
 }
 
 pub struct SseBridge;
 
 impl Stage for SseBridge {
     const NAME: &'static str = "sse_bridge";
+
+    async fn admitted(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        Ok(accept(a).await)
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let Some(endpoint) = &a.ctx.request.endpoint else {
@@ -97,6 +120,7 @@ impl Stage for SseBridge {
                     return Err(reject(long));
                 }
                 let stream = stream_of(a, &route).map_err(reject)?;
+                a.ctx.request.held_stream = Some(stream);
                 a.ctx.stages.sse_bridge = Some(Box::new(State {
                     stream,
                     diverting: false,
@@ -117,6 +141,7 @@ impl Stage for SseBridge {
                         .and_then(|m| m.id.as_ref())
                         .map(ToString::to_string),
                     sent: None,
+                    adopted: false,
                 }));
                 Ok(Flow::Next)
             }
@@ -141,7 +166,7 @@ impl Stage for SseBridge {
     /// The POST is accepted (its answer goes to the stream).
     fn response(head: &mut ResponseHeader, ctx: &mut Ctx, _edge: &Edge) -> pingora::Result<()> {
         let (media, encoded) = (ctx.response.media, ctx.response.encoded);
-        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+        let Some(state) = state(ctx) else {
             return Ok(());
         };
         state.diverting = true;
@@ -164,7 +189,7 @@ impl Stage for SseBridge {
     /// The member's answer, message by message (converted by the bridge's rewrite), onto
     /// the stream; nothing of it to the POST.
     fn response_body(body: &mut Option<Bytes>, end: bool, ctx: &mut Ctx) -> pingora::Result<()> {
-        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+        let Some(state) = state(ctx) else {
             return Ok(());
         };
         if !state.diverting {
@@ -184,7 +209,7 @@ impl Stage for SseBridge {
     /// An answer of the edge's own (a bridged `ping`, an error, a hidden entry) goes to the
     /// stream too; a notification's `202` stays as it is.
     fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
-        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+        let Some(state) = state(ctx) else {
             return Ok(());
         };
         if let (Some(id), false) = (state.id.clone(), body.is_empty()) {
@@ -198,7 +223,7 @@ impl Stage for SseBridge {
     /// A request that got no answer on its stream gets an error there.
     fn logging(_session: &Session, ctx: &mut Ctx) {
         let error = ctx.error.as_ref().map(|e| e.kind().as_str());
-        let Some(state) = ctx.stages.sse_bridge.as_deref_mut() else {
+        let Some(state) = state(ctx) else {
             return;
         };
         if let (Some(id), false) = (state.id.clone(), state.answered) {
@@ -214,21 +239,6 @@ impl Stage for SseBridge {
 }
 
 impl State {
-    /// The stream the POST's answer goes to.
-    pub fn stream(&self) -> u64 {
-        self.stream
-    }
-
-    /// The request's id (JSON text) its answer goes with: a retry's is the first request's.
-    pub fn answers(&mut self, id: String) {
-        self.id = Some(id);
-    }
-
-    /// Keep the request as it goes to the member: the member may ask the client for input.
-    pub fn keep(&mut self, sent: Asked) {
-        self.sent = Some(sent);
-    }
-
     /// Whole messages of what is held go to the stream; at the end, what remains.
     fn pass_on(&mut self, end: bool) {
         if self.media == Media::EventStream {
@@ -368,29 +378,28 @@ fn answering(message: String, id: Option<&str>, any: bool) -> String {
 /// HTTP+SSE server answers (over HTTP/1.1; an HTTP/2 POST gets it when the member's answer
 /// starts, its body ending with that answer). The connection closes after it, so the client's
 /// next POST does not wait behind this one; the client closing it does not cancel the call.
-/// `true`: written.
-pub async fn accept(session: &mut Session, ctx: &mut Ctx) -> bool {
+/// [`Flow::Accepted`]: written (or the client gone), the answer is the stream's.
+async fn accept(a: &mut Admission<'_>) -> Flow {
+    let (session, ctx) = (&mut *a.session, &mut *a.ctx);
     let early = match ctx.stages.sse_bridge.as_deref() {
         Some(state) => !state.h2,
-        None => return false,
+        None => return Flow::Next,
     };
     session.downstream_session.set_keepalive(None);
     if !early {
-        return false;
+        return Flow::Next;
     }
     let Ok(mut head) = ResponseHeader::build(202, Some(2)) else {
-        return false;
+        return Flow::Next;
     };
     if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
-        return false;
+        return Flow::Next;
     }
-    let written = session.write_response_header(Box::new(head), true).await;
+    let _ = session.write_response_header(Box::new(head), true).await;
     if let Some(state) = ctx.stages.sse_bridge.as_deref_mut() {
-        // Written or not (the client gone), the answer is the stream's.
         state.early = true;
     }
-    let _ = written;
-    true
+    Flow::Accepted
 }
 
 /// `202 Accepted`, no body: the answer is on the stream.
@@ -418,8 +427,8 @@ fn one_line(message: &[u8]) -> String {
 }
 
 /// A new stream for the client, and the token naming it.
-fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
-    let sessions = super::bridge::ring(&a.ctx.snapshot)?;
+fn open(a: &Admission<'_>, route: &Route) -> Result<HeldStream, EdgeError> {
+    let sessions = a.ctx.snapshot.ring()?;
     let messages = route.messages_path.as_deref().ok_or(EdgeError::Internal {
         detail: "a bridged HTTP+SSE route needs messages_path".into(),
     })?;
@@ -446,7 +455,7 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
         .first()
         .map_or("sessionId", String::as_str);
     let max_age = std::time::Duration::from_secs(sessions.max_age_secs);
-    Ok(Held::new(
+    Ok(HeldStream::new(
         opened,
         format!("{messages}?{param}={token}"),
         max_age,
@@ -455,7 +464,7 @@ fn open(a: &Admission<'_>, route: &Route) -> Result<Held, EdgeError> {
 
 /// The stream a POST's token names, held here.
 fn stream_of(a: &Admission<'_>, route: &Route) -> Result<u64, EdgeError> {
-    let sessions = super::bridge::ring(&a.ctx.snapshot)?;
+    let sessions = a.ctx.snapshot.ring()?;
     let endpoint = a.ctx.request.endpoint.as_ref().ok_or(EdgeError::Internal {
         detail: "no endpoint".into(),
     })?;

@@ -28,8 +28,8 @@ use crate::config::TraceContext;
 use crate::error::Rejection;
 use crate::ops::tracing::{Attribute, Parent, Span, Tracing};
 use crate::proxy::ctx::Ctx;
+use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
-use crate::proxy::Edge;
 
 mod attributes;
 mod context;

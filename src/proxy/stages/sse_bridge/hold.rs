@@ -10,7 +10,9 @@ use pingora::proxy::Session;
 use crate::mcp::media;
 use crate::metrics::{self, BridgedStream};
 use crate::proxy::ctx::Ctx;
-use crate::proxy::{pipeline, Edge};
+use crate::proxy::edge::Edge;
+use crate::proxy::pipeline;
+use crate::proxy::stage;
 use crate::session::streams::Opened;
 
 /// A held stream's keep-alive comment, written when nothing else was for this long (it also
@@ -21,7 +23,7 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A stream the edge holds for a client, once the request is admitted.
-pub struct Held {
+pub struct HeldStream {
     opened: Opened,
     /// The `endpoint` event's URL (the messages path with the client's token).
     endpoint: String,
@@ -29,9 +31,20 @@ pub struct Held {
     max_age: Duration,
 }
 
-impl Held {
-    pub(super) fn new(opened: Opened, endpoint: String, max_age: Duration) -> Held {
-        Held {
+impl stage::Held for HeldStream {
+    fn hold<'a>(
+        self: Box<Self>,
+        session: &'a mut Session,
+        ctx: &'a mut Ctx,
+        edge: &'a Edge,
+    ) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(hold(session, ctx, edge, self))
+    }
+}
+
+impl HeldStream {
+    pub(super) fn new(opened: Opened, endpoint: String, max_age: Duration) -> HeldStream {
+        HeldStream {
             opened,
             endpoint,
             max_age,
@@ -41,9 +54,9 @@ impl Held {
 
 /// Hold the client's stream: its head, the `endpoint` event, then every event queued for
 /// it, until the client goes, the edge shuts down, or the client stops reading.
-pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<Held>) {
+async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<HeldStream>) {
     ctx.answered = true;
-    let Held {
+    let HeldStream {
         mut opened,
         endpoint,
         max_age,
