@@ -1,13 +1,11 @@
 //! How pools spread their load: requests each member holds, the queues, what was refused and
 //! who was ejected. The gauges are read off the pools when `/metrics` is scraped
-//! ([`publish`]): the request path only counts in the members' own atomics.
+//! (`routing/publish.rs`): the request path only counts in the members' own atomics.
 
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
 use strum::{EnumIter, IntoStaticStr};
 
-use super::{get, label};
-use crate::routing::balance::Kind;
-use crate::routing::Pool;
+use super::label;
 
 pub struct BalanceMetrics {
     /// `mcp_edge_upstream_in_flight{pool,member,kind}`: requests (or long-lived streams) each
@@ -71,30 +69,5 @@ impl super::Metrics {
             .queue_wait
             .with_label_values(&[pool])
             .observe(seconds);
-    }
-}
-
-/// The pool's gauges as they are now (at a scrape; members that left are dropped when the
-/// pool publishes its members).
-pub fn publish(pool: &Pool) {
-    let m = &get().balance;
-    m.queue_depth
-        .with_label_values(&[&pool.name])
-        .set(pool.queued() as i64);
-    if pool.balance.max_in_flight.is_some() || pool.balance.max_streams.is_some() {
-        // Seen as 0 before the first wait and refusal.
-        m.queue_wait.with_label_values(&[&pool.name]);
-        for reason in <Rejection as strum::IntoEnumIterator>::iter() {
-            m.rejections
-                .with_label_values(&[&pool.name, label(reason)])
-                .inc_by(0);
-        }
-    }
-    for member in pool.members().iter() {
-        for (kind, name) in [(Kind::Request, "request"), (Kind::Stream, "stream")] {
-            m.in_flight
-                .with_label_values(&[&pool.name, &member.label, name])
-                .set(i64::from(member.load.held(kind)));
-        }
     }
 }

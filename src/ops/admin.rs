@@ -16,7 +16,7 @@ impl ServeHttp for Admin {
         let (status, content_type, body) = match session.req_header().uri.path() {
             "/metrics" => {
                 for pool in self.runtime.load().pools.values() {
-                    crate::metrics::balance::publish(pool);
+                    crate::routing::publish_load(pool);
                 }
                 (200, "text/plain; version=0.0.4", crate::metrics::render())
             }

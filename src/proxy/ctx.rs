@@ -125,7 +125,8 @@ pub struct Request {
     /// The body read whole (method), rewritten by tasks, bridge and policy through
     /// [`Body::replace`]; it moves into the replay session when admission ends.
     pub body: Option<Body>,
-    /// The protocol generation (rules): `None` for a preflight or a pass-through request.
+    /// The protocol generation (rules; method for a GET or DELETE): `None` for a preflight or
+    /// a pass-through request.
     pub era: Option<Era>,
     /// What a POST's body says (rules).
     pub message: Option<Box<Verdict>>,
@@ -136,7 +137,8 @@ pub struct Request {
     pub pinned: Option<Pinned>,
     /// Another replica of the fleet handed the request here, signed (arrival).
     pub hop: Option<Box<crate::fleet::hop::Hop>>,
-    /// What the route's rate limit and policy decided (policy), for the trace and the log.
+    /// What the route's rate limit (rate) and policy (policy) decided, for the trace and the
+    /// log.
     pub decided: Decided,
     /// A bridged HTTP+SSE client's stream the request's answer goes to (sse_bridge).
     pub held_stream: Option<u64>,

@@ -18,7 +18,7 @@ pub mod health;
 pub mod outliers;
 mod publish;
 
-pub use publish::forget_pool;
+pub use publish::{forget_pool, load as publish_load};
 
 /// How a pool learns its members.
 #[derive(Debug, Clone, PartialEq, Eq)]

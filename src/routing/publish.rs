@@ -3,6 +3,8 @@
 
 use std::collections::HashSet;
 
+use super::balance::Kind;
+use super::Pool;
 use crate::mcp::versions::Spoken;
 use crate::metrics;
 
@@ -109,6 +111,31 @@ pub fn forget_pool(name: &str) {
                 .balance
                 .in_flight
                 .remove_label_values(&[name, &member, kind]);
+        }
+    }
+}
+
+/// The pool's gauges as they are now (at a scrape; members that left are dropped when the
+/// pool publishes its members).
+pub fn load(pool: &Pool) {
+    let m = &metrics::get().balance;
+    m.queue_depth
+        .with_label_values(&[&pool.name])
+        .set(pool.queued() as i64);
+    if pool.balance.max_in_flight.is_some() || pool.balance.max_streams.is_some() {
+        // Seen as 0 before the first wait and refusal.
+        m.queue_wait.with_label_values(&[&pool.name]);
+        for reason in <metrics::balance::Rejection as strum::IntoEnumIterator>::iter() {
+            m.rejections
+                .with_label_values(&[&pool.name, metrics::label(reason)])
+                .inc_by(0);
+        }
+    }
+    for member in pool.members().iter() {
+        for (kind, name) in [(Kind::Request, "request"), (Kind::Stream, "stream")] {
+            m.in_flight
+                .with_label_values(&[&pool.name, &member.label, name])
+                .set(i64::from(member.load.held(kind)));
         }
     }
 }
