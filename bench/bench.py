@@ -18,6 +18,7 @@ import tempfile
 import time
 import urllib.request
 
+import balance
 import identity
 import instructions
 import handoff
@@ -215,11 +216,12 @@ def main():
         "openssl": command_out(["openssl", "version"]),
     }}
     try:
-        # One part alone (bench/stdio.py, bench/handoff.py, bench/identity.py, bench/tracing.py,
-        # bench/ratelimit.py, bench/instructions.py), with the
+        # One part alone (bench/stdio.py, bench/handoff.py, bench/balance.py, bench/identity.py,
+        # bench/tracing.py, bench/ratelimit.py, bench/instructions.py), with the
         # full rounds.
         parts = {"--stdio": ("stdio", stdio, lambda: stdio.run(sys.modules[__name__], work)),
                  "--handoff": ("handoff", handoff, lambda: handoff.run(sys.modules[__name__], work)),
+                 "--balance": ("balance", balance, lambda: balance.run(sys.modules[__name__], work)),
                  "--identity": ("identity", identity,
                                 lambda: identity.run(sys.modules[__name__], work, start_upstream())),
                  "--tracing": ("tracing", tracing,
@@ -237,7 +239,16 @@ def main():
                 print(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
                       f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, "
                       f"at the end {loadavg()}; rounds={ROUNDS} duration={DURATION}s\n")
-                print(module.block(results[key]))
+                text = module.block(results[key])
+                print(text)
+                # Kept beside the full run's latest.md: each run of a part alone appended.
+                os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+                with open(os.path.join(ROOT, "bench", "results", f"{key}.md"), "a") as f:
+                    f.write(f"`{results['meta']['command']}` at commit {results['meta']['commit']}, started "
+                            f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, at the "
+                            f"end {loadavg()}; {results['meta']['cores']} cores, "
+                            f"{results['meta']['cpu']}; {results['meta']['haproxy']}\n\n{text}\n\n"
+                            f"```json\n{json.dumps(results[key], indent=1)}\n```\n\n")
                 return
         run(work, results)
     finally:
@@ -434,6 +445,8 @@ def run(work, results):
         results["stdio"] = stdio.run(sys.modules[__name__], work)
         # Hand-off: a request handed to the replica holding its state (bench/handoff.py).
         results["handoff"] = handoff.run(sys.modules[__name__], work)
+        # Balancing: mcp-edge's policies beside HAProxy's over three members (bench/balance.py).
+        results["balance"] = balance.run(sys.modules[__name__], work)
     elif IN_CI:
         sys.exit("TS SDK server: tests/peers/node_modules is missing (bash scripts/setup.sh installs it)")
     else:
@@ -558,6 +571,8 @@ def report(r):
         block += "\n\n" + stdio.block(r["stdio"])
     if "handoff" in r:
         block += "\n\n" + handoff.block(r["handoff"])
+    if "balance" in r:
+        block += "\n\n" + balance.block(r["balance"])
     if "instructions" in r:
         block += "\n\n" + instructions.block(r["instructions"])
     print(head)

@@ -9,6 +9,7 @@
 #        bash bench/run.sh --rate-limits  (only a rate limit in the edge against one in Redis, bench/ratelimit.py)
 #        bash bench/run.sh --stdio        (only a stdio pool against the same server over HTTP, bench/stdio.py)
 #        bash bench/run.sh --handoff      (only a request handed to the replica holding its state against one served there, bench/handoff.py)
+#        bash bench/run.sh --balance      (only mcp-edge's balancing beside HAProxy's over three TS SDK servers, bench/balance.py; about 8 minutes)
 #        bash bench/run.sh --instructions (only instructions per request under callgrind, bench/instructions.py)
 #        bash bench/run.sh --peers        (only P1/P2 through every proxy at 1/16/64 connections and the TS SDK server rows, 5 s rounds, bench/peers.py)
 set -euo pipefail
@@ -18,6 +19,8 @@ need=()
 tools=(nginx haproxy wrk openssl redis-server)
 # callgrind (bench/instructions.py): every run but the quick one.
 [ "${1:-}" = "--quick" ] || tools+=(valgrind)
+# The balancing part alone needs HAProxy and the TS SDK server only (its own load generator).
+[ "${1:-}" = "--balance" ] && tools=(haproxy)
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || need+=("$tool")
 done
@@ -39,11 +42,15 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 bash scripts/setup.sh --build-only
-cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora --example bench_token
+if [ "${1:-}" = "--balance" ]; then
+  cargo build --release --quiet --bin mcp-edge
+else
+  cargo build --release --quiet --bin mcp-edge --example bench_upstream --example sse_hold --example plain_pingora --example bench_token
+fi
 # mcp-proxy 0.6.0 (crates.io), the MCP gateway the edge is measured beside: built once, with the
 # features its 2026-07-28 support needs, and kept outside the tree (a fresh clone reuses it).
 MCP_PROXY_ROOT="$HOME/.cache/mcp-edge-bench/mcp-proxy-0.6.0"
-if [ ! -x "$MCP_PROXY_ROOT/bin/mcp-proxy" ]; then
+if [ "${1:-}" != "--balance" ] && [ ! -x "$MCP_PROXY_ROOT/bin/mcp-proxy" ]; then
   echo "bench: building mcp-proxy 0.6.0 once (about 5 minutes; cached in $MCP_PROXY_ROOT)"
   cargo install --quiet mcp-proxy --version 0.6.0 --locked --no-default-features \
     --features protocol-2026-07-28 --root "$MCP_PROXY_ROOT"
@@ -58,7 +65,7 @@ fi
 # The micro-benchmarks' output goes into bench/results/latest.md too (bench.py adds it).
 mkdir -p bench/results
 rm -f bench/results/micro.txt
-if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--handoff" ] && [ "${1:-}" != "--instructions" ] && [ "${1:-}" != "--peers" ]; then
+if [ "${1:-}" != "--quick" ] && [ "${1:-}" != "--identity" ] && [ "${1:-}" != "--tracing" ] && [ "${1:-}" != "--rate-limits" ] && [ "${1:-}" != "--stdio" ] && [ "${1:-}" != "--handoff" ] && [ "${1:-}" != "--balance" ] && [ "${1:-}" != "--instructions" ] && [ "${1:-}" != "--peers" ]; then
   cargo bench --quiet --bench tokens | tee -a bench/results/micro.txt
   cargo bench --quiet --bench inspect | tee -a bench/results/micro.txt
 fi
