@@ -142,6 +142,8 @@ pub struct Request {
     pub decided: Decided,
     /// A bridged HTTP+SSE client's stream the request's answer goes to (sse_bridge).
     pub held_stream: Option<u64>,
+    /// Who the client is, found once (forwarding's `client_address`).
+    pub client: std::sync::OnceLock<Option<std::net::IpAddr>>,
     /// What the bridge decided for such a request's answer (bridge).
     pub stream_reply: Option<Box<StreamReply>>,
 }
@@ -284,6 +286,9 @@ pub struct Response {
     pub encoded: bool,
     /// The JSON-RPC error code or tool error the answer carried (outcome).
     pub ended: Ended,
+    /// How the request ended, recorded by the metrics stage's logging phase (read through
+    /// its `outcome`).
+    pub outcome: std::sync::OnceLock<crate::metrics::Outcome>,
 }
 
 impl Default for Response {
@@ -292,6 +297,7 @@ impl Default for Response {
             media: Media::Other,
             encoded: false,
             ended: Ended::default(),
+            outcome: Default::default(),
         }
     }
 }

@@ -455,14 +455,9 @@ impl Balancer<'_> {
         eligible: &impl Fn(&Arc<Member>) -> bool,
         room: &impl Fn(&Member) -> bool,
     ) -> Option<Arc<Member>> {
-        let n = self.members.len();
         let ok = |m: &Arc<Member>| eligible(m) && room(m);
         if self.uniform {
-            let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-            return (0..n)
-                .map(|k| &self.members[(start + k) % n])
-                .find(|m| ok(m))
-                .cloned();
+            return self.in_turn(&ok);
         }
         let slow = self.settings.slow_start;
         let mut total = 0_i64;
@@ -478,6 +473,34 @@ impl Balancer<'_> {
         let (m, _) = best?;
         m.load.current.fetch_sub(total, Ordering::Relaxed);
         Some(m.clone())
+    }
+
+    /// The next usable member in turn: the turns go round the usable members only, so a
+    /// member out of the pool (ejected, full) leaves its share to all the others, not to the
+    /// one after it.
+    fn in_turn(&self, ok: &impl Fn(&Arc<Member>) -> bool) -> Option<Arc<Member>> {
+        const MOST: usize = 64;
+        let n = self.members.len();
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let mut usable = [0_u8; MOST];
+        let mut k = 0;
+        if n <= MOST {
+            for (i, m) in self.members.iter().enumerate() {
+                if ok(m) {
+                    usable[k] = i as u8;
+                    k += 1;
+                }
+            }
+            if k == n || k == 0 {
+                // All usable (the common case) or none: plain turns.
+                return (k > 0).then(|| self.members[start % n].clone());
+            }
+            return Some(self.members[usize::from(usable[start % k])].clone());
+        }
+        (0..n)
+            .map(|j| &self.members[(start + j) % n])
+            .find(|m| ok(m))
+            .cloned()
     }
 
     /// The member with the fewest requests in flight for its share (ties: the next in turn).

@@ -412,6 +412,17 @@ impl Pool {
             if let Some(group) = old.stdio.get() {
                 let _ = self.stdio.set(group.clone());
             }
+        } else if let (Source::Static(_), Source::Static(_)) = (&self.source, &old.source) {
+            // Another list: members that stay keep their load, health and ejection (and what
+            // they speak); one that joins ramps up from here (slow start).
+            let old = old.members();
+            let next: Vec<Arc<Member>> = self
+                .members()
+                .iter()
+                .map(|m| old.iter().find(|o| o.addr == m.addr).unwrap_or(m).clone())
+                .collect();
+            self.weigh(&next);
+            self.members.store(Arc::new(next));
         }
     }
 }

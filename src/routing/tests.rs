@@ -294,3 +294,39 @@ fn slow_start_gives_a_returning_member_a_small_share() {
     let new = (0..2000).filter(|_| port(any(&p)) == 9001).count();
     assert!(new < 300, "{new} of 2000 to a member at 10 % of its share");
 }
+
+#[test]
+fn an_ejected_members_turns_go_to_all_the_others() {
+    let p = pool(3);
+    p.members()[0].record_connect_failure(Duration::from_secs(60));
+    let mut counts = [0; 3];
+    for _ in 0..300 {
+        counts[usize::from(port(any(&p)) - 9000)] += 1;
+    }
+    assert_eq!(counts, [0, 150, 150], "not all to the member after it");
+}
+
+#[test]
+fn a_reload_with_another_member_list_keeps_the_members_that_stay() {
+    let old = pool(2);
+    let stays = old.members()[1].clone();
+    let _held = slot(old.acquire(Want::Pinned(&stays), Kind::Request, 1));
+    stays.record_connect_failure(Duration::from_secs(60));
+    let addrs = [9001, 9002].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+    let mut new = Pool::new("p".into(), Source::Static(addrs.to_vec()), policy());
+    new.set_weights(vec![(addrs[0], 4)]);
+    new.inherit(&old);
+    let members = new.members();
+    assert!(
+        Arc::ptr_eq(&members[0], &stays),
+        "the same member, its state with it"
+    );
+    assert_eq!(members[0].load.held(Kind::Request), 1);
+    assert!(!members[0].is_healthy(), "still ejected");
+    assert_eq!(
+        members[0].load.weight.load(Ordering::Relaxed),
+        4,
+        "the new weight"
+    );
+    assert_eq!(members[1].addr.port(), 9002);
+}

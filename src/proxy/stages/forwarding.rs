@@ -75,8 +75,14 @@ pub fn peer(session: &Session, ctx: &Ctx) -> Option<IpAddr> {
 
 /// Who the client is: the connection's address, or behind a trusted proxy the client the
 /// proxy names (the rightmost `X-Forwarded-For` entry that is not a trusted proxy). A
-/// request another replica handed here: the client that replica found.
+/// request another replica handed here: the client that replica found. Found once (once the
+/// hand-off's arrival is known), kept in `ctx.request.client`: the rate limit, the trace and
+/// the log read the same answer.
 pub fn client_address(session: &Session, ctx: &Ctx) -> Option<IpAddr> {
+    *ctx.request.client.get_or_init(|| find_client(session, ctx))
+}
+
+fn find_client(session: &Session, ctx: &Ctx) -> Option<IpAddr> {
     if let Some(hop) = &ctx.request.hop {
         return hop.client;
     }

@@ -65,13 +65,14 @@ impl Stage for Metrics {
             return;
         }
         let seconds = ctx.started.elapsed().as_secs_f64();
+        let outcome = *ctx.response.outcome.get_or_init(|| ended(ctx));
         let l = &ctx.labels;
         // A request refused before a route was found counts under `route="none"`.
         let (series, route) = match ctx.route() {
             Some(route) => (&route.series, route.name.as_str()),
             None => (&*NO_ROUTE, ctx.route_name()),
         };
-        series.finished(route, l.method, l.era, outcome(ctx), seconds);
+        series.finished(route, l.method, l.era, outcome, seconds);
         if !ctx.stages.metrics.operation {
             operation(ctx);
         }
@@ -116,8 +117,17 @@ fn tool_label(ctx: &Ctx) -> &str {
     }
 }
 
-/// How the request ended.
+/// How the request ended: as this stage's logging phase recorded it, once it has run (before
+/// that, as it stands: a long-lived stream's spans end when it opens).
 pub fn outcome(ctx: &Ctx) -> Outcome {
+    ctx.response
+        .outcome
+        .get()
+        .copied()
+        .unwrap_or_else(|| ended(ctx))
+}
+
+fn ended(ctx: &Ctx) -> Outcome {
     match (&ctx.error, ctx.upstream.status) {
         (None, _) if ctx.client_closed => Outcome::ClientClosed,
         (None, Some(_)) => Outcome::Forwarded,
