@@ -57,20 +57,25 @@ async fn work(url: &str, id: u64, ms: u64) -> (u16, Option<String>, Value) {
         json!({"name": "work", "arguments": {"ms": ms}}),
     );
     let r = modern_request(&client(), url, &body).send().await.unwrap();
+    answer(r, "x-mcp-edge-error").await
+}
+
+/// An answer's status, one header and its JSON-RPC message (JSON, or one SSE event: a
+/// 2026-07-28 answer may come either way).
+async fn answer(r: reqwest::Response, header: &str) -> (u16, Option<String>, Value) {
     let status = r.status().as_u16();
-    let kind = r
+    let value = r
         .headers()
-        .get("x-mcp-edge-error")
+        .get(header)
         .map(|v| v.to_str().unwrap().to_string());
     let text = r.text().await.unwrap();
-    // A 2026-07-28 answer may come as JSON or as one SSE event.
     let json_text = text
         .lines()
         .find_map(|l| l.strip_prefix("data: "))
         .unwrap_or(&text);
     (
         status,
-        kind,
+        value,
         serde_json::from_str(json_text).unwrap_or(Value::Null),
     )
 }
@@ -467,21 +472,7 @@ async fn legacy(url: &str, token: Option<&str>, body: Value) -> (u16, Option<Str
         .send()
         .await
         .unwrap();
-    let status = r.status().as_u16();
-    let sid = r
-        .headers()
-        .get("mcp-session-id")
-        .map(|v| v.to_str().unwrap().to_string());
-    let text = r.text().await.unwrap();
-    let json_text = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .unwrap_or(&text);
-    (
-        status,
-        sid,
-        serde_json::from_str(json_text).unwrap_or(Value::Null),
-    )
+    answer(r, "mcp-session-id").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

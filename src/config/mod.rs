@@ -119,6 +119,7 @@ impl File {
         let sessions = sessions(self.sessions.as_ref(), any_legacy, &mut errs);
         let tracing = tracing::tracing(self.tracing.as_ref(), &mut errs);
         let fleet = fleet::fleet(self.fleet.as_ref(), sessions.is_some(), &mut errs);
+        pools::fleet_scoped(&self.pools, fleet.is_some(), &mut errs);
         let rate_store = fleet::rate_limits(
             self.rate_limits.as_ref(),
             self.routes.iter().any(|r| r.rate_limit.is_some()),

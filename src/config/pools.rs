@@ -133,6 +133,17 @@ fn balance(p: &PoolSection, i: usize, errs: &mut Errors) -> balance::Settings {
     }
 }
 
+/// `limits_scope = "fleet"` needs the fleet that shares the limits.
+pub(super) fn fleet_scoped(sections: &[PoolSection], fleet: bool, errs: &mut Errors) {
+    for (i, p) in sections.iter().enumerate() {
+        if p.limits_scope == ScopeName::Fleet && !fleet {
+            errs.push(format!(
+                "pools[{i}].limits_scope: \"fleet\" needs [fleet] (the replicas that share the limits)"
+            ));
+        }
+    }
+}
+
 /// Static members' weights other than 1.
 fn weights(p: &PoolSection) -> Vec<(SocketAddr, u32)> {
     p.members

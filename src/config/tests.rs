@@ -248,3 +248,36 @@ fn an_mcp_pool_is_checked_as_one_unless_told_otherwise() {
         "set: a 5xx answer is unhealthy"
     );
 }
+
+#[test]
+fn balancing_keys_are_read_and_checked() {
+    set_keys();
+    let text = MINIMAL.replace(
+        r#"members = ["127.0.0.1:9001"]"#,
+        "members = [{ address = \"127.0.0.1:9001\", weight = 3 }, \"127.0.0.1:9002\"]\nbalance = \"least_request\"\nmax_in_flight = 4\nqueue_ms = 250\nslow_start_ms = 1000\n[pools.health]\nconsecutive_failures = 2\nmax_ejection_percent = 30",
+    );
+    let config = Config::parse(&text).unwrap();
+    let pool = &config.runtime.pools["main"];
+    assert_eq!(
+        pool.balance.policy,
+        crate::routing::balance::Policy::LeastRequest
+    );
+    assert_eq!(pool.balance.max_in_flight, Some(4));
+    assert_eq!(
+        pool.balance.queue_wait,
+        std::time::Duration::from_millis(250)
+    );
+    assert_eq!(pool.weights.len(), 1);
+    assert_eq!(pool.health.consecutive_failures, 2);
+    let fleet = MINIMAL.replace(
+        r#"members = ["127.0.0.1:9001"]"#,
+        "members = [\"127.0.0.1:9001\"]\nlimits_scope = \"fleet\"",
+    );
+    let errs = Config::parse(&fleet).unwrap_err().join("\n");
+    assert!(errs.contains("pools[0].limits_scope"), "{errs}");
+    let bad = MINIMAL.replace(
+        r#"members = ["127.0.0.1:9001"]"#,
+        "members = [\"127.0.0.1:9001\"]\nbalance = \"fastest\"",
+    );
+    assert!(Config::parse(&bad).is_err());
+}

@@ -28,6 +28,9 @@ impl BackgroundService for Maintenance {
         loop {
             let snapshot = self.runtime.load_full();
             for pool in snapshot.pools.values() {
+                // Room that appeared with no request leaving (an ejection over, a member
+                // back, a larger fleet share) goes to the requests waiting for it.
+                pool.kick();
                 if let Source::Dns { name, interval } = &pool.source {
                     if is_due(&mut due, &pool.name, "dns", *interval) {
                         let (pool, name) = (pool.clone(), name.clone());

@@ -264,7 +264,11 @@ impl Waiter {
     fn accepts(&self, member: &Arc<Member>) -> bool {
         match &self.pinned {
             Some(p) => Arc::ptr_eq(p, member),
-            None => member.is_healthy() && !self.tried.iter().any(|t| Arc::ptr_eq(t, member)),
+            None => {
+                !member.has_left()
+                    && member.is_healthy()
+                    && !self.tried.iter().any(|t| Arc::ptr_eq(t, member))
+            }
         }
     }
 }
@@ -354,8 +358,12 @@ impl Balancer<'_> {
                 Choice::NoneHealthy => Acquired::NoneHealthy,
             };
         };
-        // Under the lock, so that room given back is either seen here or passed to us.
+        // Under the lock, so that room given back is either seen here or passed to us; the
+        // waiters first, so a newcomer never takes room one of them could use.
         let mut waiters = self.queue.lock();
+        if !waiters.is_empty() {
+            self.serve(&mut waiters);
+        }
         match self.choose(&want, kind, Some(cap)) {
             Choice::Member(m) => Acquired::Slot(Slot::take(m, kind, Some(self.queue.clone()))),
             Choice::AllTried => Acquired::AllTried,
@@ -384,24 +392,39 @@ impl Balancer<'_> {
         }
     }
 
-    /// Serve waiters that room appeared for without a slot given back (a member healthy
-    /// again or new, a limit raised by a reload).
+    /// Serve waiters that room appeared for without a slot given back (an ejection over, a
+    /// member healthy again or new, a limit raised by a reload, a larger fleet share).
     pub fn kick(&self) {
         // The limits in force now (a reload may have changed them).
         let replicas = self.queue.replicas.load(Ordering::Relaxed).max(1) as usize;
         for kind in [Kind::Request, Kind::Stream] {
             self.queue.set_cap(kind, self.settings.cap(kind, replicas));
         }
-        let mut waiters = self.queue.lock();
+        self.serve(&mut self.queue.lock());
+    }
+
+    /// Room for the waiters, oldest first, wherever there is some.
+    fn serve(&self, waiters: &mut VecDeque<Waiter>) {
+        // Once a waiter that may take any member (and tried none) finds no room, no later
+        // such waiter of its kind will.
+        let mut full = [false; 2];
         let mut i = 0;
         while i < waiters.len() {
             let w = &waiters[i];
+            let plain = w.pinned.is_none() && w.tried.is_empty();
+            if plain && full[w.kind as usize] {
+                i += 1;
+                continue;
+            }
             let want = match &w.pinned {
                 Some(m) => Want::Pinned(m),
                 None => Want::Any(&w.tried),
             };
             let cap = self.queue.cap(w.kind);
             let Choice::Member(m) = self.choose(&want, w.kind, cap) else {
+                if plain {
+                    full[w.kind as usize] = true;
+                }
                 i += 1;
                 continue;
             };
@@ -459,10 +482,19 @@ impl Balancer<'_> {
         if self.uniform {
             return self.in_turn(&ok);
         }
+        self.weighted(self.members.iter().filter(|m| ok(m)))
+    }
+
+    /// Smooth weighted round-robin over `candidates` (each one's turns in proportion to its
+    /// share, spread out; concurrent picks may bend it slightly, never lock).
+    fn weighted<'m>(
+        &self,
+        candidates: impl Iterator<Item = &'m Arc<Member>>,
+    ) -> Option<Arc<Member>> {
         let slow = self.settings.slow_start;
         let mut total = 0_i64;
         let mut best: Option<(&Arc<Member>, i64)> = None;
-        for m in self.members.iter().filter(|m| ok(m)) {
+        for m in candidates {
             let share = (m.load.share(slow) * 1000.0) as i64;
             total += share;
             let current = m.load.current.fetch_add(share, Ordering::Relaxed) + share;
@@ -513,14 +545,9 @@ impl Balancer<'_> {
         let n = self.members.len();
         let slow = self.settings.slow_start;
         let ok = |m: &Arc<Member>| eligible(m) && room(m);
-        // Lower is better: (held + 1) / share, compared without dividing.
-        let better = |a: &Member, b: &Member| {
-            let (ha, hb) = (
-                a.load.held(kind) as f32 + 1.0,
-                b.load.held(kind) as f32 + 1.0,
-            );
-            ha * b.load.share(slow) < hb * a.load.share(slow)
-        };
+        // Lower is better: held / share.
+        let score =
+            |m: &Member| m.load.held(kind) as f32 / m.load.share(slow).max(f32::MIN_POSITIVE);
         if n > SCAN_ALL {
             let (i, mut j) = (fastrand::usize(..n), fastrand::usize(..n - 1));
             if j >= i {
@@ -528,21 +555,43 @@ impl Balancer<'_> {
             }
             let (a, b) = (&self.members[i], &self.members[j]);
             match (ok(a), ok(b)) {
-                (true, true) => return Some(if better(b, a) { b } else { a }.clone()),
+                (true, true) => return Some(if score(b) < score(a) { b } else { a }.clone()),
                 (true, false) => return Some(a.clone()),
                 (false, true) => return Some(b.clone()),
                 // Both unusable: look at all of them.
                 (false, false) => {}
             }
         }
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let mut best: Option<&Arc<Member>> = None;
-        for k in 0..n {
-            let m = &self.members[(start + k) % n];
-            if ok(m) && best.is_none_or(|b| better(m, b)) {
-                best = Some(m);
+        // The least loaded; among equals, by turn (weights and slow start: in proportion to
+        // their shares), so an idle pool is round-robin and a skipped member's turns go to
+        // all the others.
+        const MOST: usize = 64;
+        let mut best = f32::MAX;
+        let mut tied = [0_u8; MOST];
+        let mut k = 0;
+        for (i, m) in self.members.iter().enumerate().take(MOST) {
+            if !ok(m) {
+                continue;
+            }
+            let s = score(m);
+            if s < best {
+                best = s;
+                k = 0;
+            }
+            if s == best {
+                tied[k] = i as u8;
+                k += 1;
             }
         }
-        best.cloned()
+        let tied = &tied[..k];
+        match tied.len() {
+            0 => None,
+            1 => Some(self.members[usize::from(tied[0])].clone()),
+            k if self.uniform => {
+                let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+                Some(self.members[usize::from(tied[start % k])].clone())
+            }
+            _ => self.weighted(tied.iter().map(|&i| &self.members[usize::from(i)])),
+        }
     }
 }

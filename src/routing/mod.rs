@@ -95,6 +95,8 @@ pub struct Member {
     pub load: balance::Load,
     /// Failures in a row and ejections ([`outliers`]).
     pub outliers: outliers::Record,
+    /// It left the pool (discovery, a reload): room on it is not for requests that wait.
+    left: AtomicBool,
 }
 
 impl Member {
@@ -111,7 +113,13 @@ impl Member {
             learning: AtomicBool::new(false),
             load: Default::default(),
             outliers: Default::default(),
+            left: AtomicBool::new(false),
         }
+    }
+
+    /// It left the pool it was in.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Relaxed)
     }
 
     /// Its active checks pass (whatever a passive ejection says).
@@ -132,7 +140,12 @@ impl Member {
 
     /// Passive ejection: a refused connection keeps new traffic away for `eject`.
     pub fn record_connect_failure(&self, eject: Duration) {
-        let until = now_ms() + eject.as_millis() as u64;
+        let until = now_ms().saturating_add(eject.as_millis() as u64);
+        let current = self.ejected_until_ms.load(Ordering::Relaxed);
+        if current >= until {
+            // Out for longer already (an outlier ejection): that one stands.
+            return;
+        }
         self.outliers
             .cause
             .store(outliers::REFUSED, Ordering::Relaxed);
@@ -189,6 +202,9 @@ pub struct Pool {
     pub weights: Vec<(SocketAddr, u32)>,
     /// Requests waiting for a member's room (taken over by the pool a reload makes).
     queue: std::sync::OnceLock<Arc<balance::Queue>>,
+    /// One outlier ejection decided at a time (the share of the pool out is checked and
+    /// changed together).
+    ejecting: Mutex<()>,
     /// Handle on this pool's `mcp_edge_upstream_latency_seconds` series.
     pub latency: std::sync::OnceLock<prometheus::Histogram>,
     /// The members speak HTTPS (`[pools.tls]`).
@@ -216,6 +232,7 @@ impl Pool {
             balance: Default::default(),
             weights: Vec::new(),
             queue: Default::default(),
+            ejecting: Mutex::new(()),
             latency: Default::default(),
             tls: None,
             host: None,
@@ -381,7 +398,13 @@ impl Pool {
                     .cloned()
                     .unwrap_or_else(|| Arc::new(Member::new(*a)))
             })
-            .collect();
+            .collect::<Vec<_>>();
+        for gone in current
+            .iter()
+            .filter(|m| !next.iter().any(|n| Arc::ptr_eq(n, m)))
+        {
+            gone.left.store(true, Ordering::Relaxed);
+        }
         self.members.store(Arc::new(next));
         true
     }
@@ -423,6 +446,12 @@ impl Pool {
                 .collect();
             self.weigh(&next);
             self.members.store(Arc::new(next));
+        }
+        let now = self.members();
+        for gone in old.members().iter() {
+            if !now.iter().any(|m| Arc::ptr_eq(m, gone)) {
+                gone.left.store(true, Ordering::Relaxed);
+            }
         }
     }
 }

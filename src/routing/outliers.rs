@@ -42,8 +42,10 @@ impl Failure {
 pub struct Record {
     failures: AtomicU32,
     ejections: AtomicU32,
-    /// The last ejection's length (ms), to know when it has been forgiven.
+    /// The last outlier ejection's length and end (ms), to know when it has been forgiven
+    /// (a check or a refused connection may change when the member is back; not this).
     last_ms: AtomicU64,
+    until_ms: AtomicU64,
     /// Why the member is ejected now: [`REFUSED`] or [`OUTLIER`].
     pub(super) cause: AtomicU8,
 }
@@ -65,8 +67,8 @@ impl Pool {
             r.failures.store(0, Ordering::Relaxed);
         }
         if r.ejections.load(Ordering::Relaxed) != 0 {
-            let until = member.ejected_until_ms.load(Ordering::Relaxed);
-            let forgiven = until + r.last_ms.load(Ordering::Relaxed);
+            let until = r.until_ms.load(Ordering::Relaxed);
+            let forgiven = until.saturating_add(r.last_ms.load(Ordering::Relaxed));
             if now_ms() >= forgiven {
                 r.ejections.store(0, Ordering::Relaxed);
             }
@@ -85,9 +87,14 @@ impl Pool {
         if n < h.consecutive_failures {
             return None;
         }
+        let _one_at_a_time = self.ejecting.lock().unwrap_or_else(|e| e.into_inner());
+        if !member.is_healthy() {
+            // Another failure ejected it meanwhile.
+            return None;
+        }
         if !self.may_eject() {
             log::warn!(
-                "pool {}: {} failed {n} requests in a row but is not ejected: max_ejection_percent ({}) of the pool is ejected already",
+                "pool {}: {} failed {n} requests in a row but is not ejected: max_ejection_percent ({}) of the pool is out already, or it is the last healthy member",
                 self.name,
                 member.label,
                 h.max_ejection_percent
@@ -99,11 +106,11 @@ impl Pool {
         let base = h.eject.as_millis() as u64;
         let ms = base
             .saturating_mul(1 << k)
-            .min(h.max_eject.as_millis() as u64)
-            .max(base.min(h.max_eject.as_millis() as u64));
+            .min(h.max_eject.as_millis() as u64);
         r.last_ms.store(ms, Ordering::Relaxed);
         r.cause.store(OUTLIER, Ordering::Relaxed);
-        let until = now_ms() + ms;
+        let until = now_ms().saturating_add(ms);
+        r.until_ms.store(until, Ordering::Relaxed);
         member.ejected_until_ms.store(until, Ordering::Relaxed);
         member.load.ramp_from_ms.store(until, Ordering::Relaxed);
         metrics::get().ejection(&self.name, &member.label, failure.ejection());
@@ -115,12 +122,13 @@ impl Pool {
         Some(Duration::from_millis(ms))
     }
 
-    /// One more outlier ejection keeps the pool within `max_ejection_percent` (one member of
-    /// a pool of two or more may always be).
+    /// One more outlier ejection keeps a healthy member in the pool and the pool within
+    /// `max_ejection_percent` (one member of a pool of two or more may always be out).
     fn may_eject(&self) -> bool {
         let members = self.members();
         let n = members.len();
-        if n < 2 {
+        let healthy = members.iter().filter(|m| m.is_healthy()).count();
+        if n < 2 || healthy < 2 {
             return false;
         }
         let ejected = members

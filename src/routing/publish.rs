@@ -33,6 +33,10 @@ pub fn members(pool: &str, members: &[(&str, bool)]) {
         for kind in ["request", "stream"] {
             let _ = m.balance.in_flight.remove_label_values(&[pool, gone, kind]);
         }
+        for reason in <metrics::Ejection as strum::IntoEnumIterator>::iter() {
+            let labels = [pool, gone.as_str(), metrics::label(reason)];
+            let _ = m.balance.ejections.remove_label_values(&labels);
+        }
     }
 }
 
@@ -95,6 +99,13 @@ pub fn forget_pool(name: &str) {
     }
     let _ = m.pools.pool_members.remove_label_values(&[name]);
     let _ = m.balance.queue_depth.remove_label_values(&[name]);
+    let _ = m.balance.queue_wait.remove_label_values(&[name]);
+    for reason in <metrics::balance::Rejection as strum::IntoEnumIterator>::iter() {
+        let _ = m
+            .balance
+            .rejections
+            .remove_label_values(&[name, metrics::label(reason)]);
+    }
     for revision in crate::mcp::revisions() {
         let _ = m.pools.revisions.remove_label_values(&[name, revision]);
     }
@@ -111,6 +122,10 @@ pub fn forget_pool(name: &str) {
                 .balance
                 .in_flight
                 .remove_label_values(&[name, &member, kind]);
+        }
+        for reason in <metrics::Ejection as strum::IntoEnumIterator>::iter() {
+            let labels = [name, member.as_str(), metrics::label(reason)];
+            let _ = m.balance.ejections.remove_label_values(&labels);
         }
     }
 }

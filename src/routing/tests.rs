@@ -330,3 +330,50 @@ fn a_reload_with_another_member_list_keeps_the_members_that_stay() {
     );
     assert_eq!(members[1].addr.port(), 9002);
 }
+
+#[test]
+fn least_request_among_equals_goes_in_turn_by_share() {
+    let mut p = pool(3);
+    p.balance.policy = Policy::LeastRequest;
+    p.members()[0].record_connect_failure(Duration::from_secs(60));
+    let mut counts = [0; 3];
+    for _ in 0..300 {
+        counts[usize::from(port(any(&p)) - 9000)] += 1;
+    }
+    assert_eq!(
+        counts,
+        [0, 150, 150],
+        "a skipped member's turns go to all the others"
+    );
+    // Weights 2:1, one request at a time: 2:1, not all to the heavier.
+    let mut w = pool(2);
+    w.balance.policy = Policy::LeastRequest;
+    w.set_weights(vec![(SocketAddr::from(([127, 0, 0, 1], 9000)), 2)]);
+    let heavier = (0..3000).filter(|_| port(any(&w)) == 9000).count();
+    assert_eq!(heavier, 2000);
+}
+
+#[test]
+fn outlier_ejection_never_takes_the_last_healthy_member() {
+    let p = pool(2);
+    let m = p.members();
+    m[1].record_check(false, &policy());
+    m[1].record_check(false, &policy());
+    assert!(!m[1].is_healthy(), "down by its checks");
+    for _ in 0..6 {
+        assert!(p.record_failure(&m[0], Failure::ServerError).is_none());
+    }
+    assert!(m[0].is_healthy(), "the last healthy member stays");
+}
+
+#[test]
+fn a_refused_connection_does_not_shorten_an_outlier_ejection() {
+    let p = pool(3);
+    let m = p.members();
+    for _ in 0..3 {
+        p.record_failure(&m[0], Failure::ServerError);
+    }
+    m[0].record_connect_failure(Duration::from_millis(1));
+    m[0].record_check(true, &policy());
+    assert!(!m[0].is_healthy(), "still out: the outlier ejection stands");
+}

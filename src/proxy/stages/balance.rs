@@ -59,7 +59,11 @@ impl Stage for Balance {
         };
         let slot = match acquired {
             Acquired::Slot(slot) => slot,
-            Acquired::Queued(ticket) => wait(a, pool, ticket).await?,
+            Acquired::Queued(ticket) => match wait(a, pool, ticket).await? {
+                Some(slot) => slot,
+                // Gone while it waited: nothing to answer, nothing sent.
+                None => return Ok(Flow::Written),
+            },
             Acquired::QueueFull => {
                 metrics::get().pool_rejection(&pool.name, Refused::QueueFull);
                 return Err(busy(a.ctx, pool, Duration::ZERO));
@@ -138,8 +142,13 @@ fn busy(ctx: &Ctx, pool: &Pool, waited: Duration) -> Rejection {
     Rejection::with_id(error, ctx.request_id().cloned())
 }
 
-/// Wait in the pool's queue for room, while the client stays.
-async fn wait(a: &mut Admission<'_>, pool: &Pool, mut ticket: Ticket) -> Result<Slot, Rejection> {
+/// Wait in the pool's queue for room, while the client stays (`None`: it left; its
+/// connection is not kept).
+async fn wait(
+    a: &mut Admission<'_>,
+    pool: &Pool,
+    mut ticket: Ticket,
+) -> Result<Option<Slot>, Rejection> {
     let started = Instant::now();
     // The body was read whole: the connection can be watched for the client leaving.
     let watch = a.session.is_body_done();
@@ -153,18 +162,20 @@ async fn wait(a: &mut Admission<'_>, pool: &Pool, mut ticket: Ticket) -> Result<
     let waited = started.elapsed();
     metrics::get().queue_wait(&pool.name, waited.as_secs_f64());
     a.ctx.upstream.queued = Some(waited);
-    outcome.map_err(|reason| {
-        metrics::get().pool_rejection(&pool.name, reason);
-        match reason {
-            Refused::ClientGone => {
-                let error = EdgeError::ClientError {
-                    detail: "the client left while the request waited for a member".into(),
-                };
-                Rejection::with_id(error, a.ctx.request_id().cloned())
+    match outcome {
+        Ok(slot) => Ok(Some(slot)),
+        Err(reason) => {
+            metrics::get().pool_rejection(&pool.name, reason);
+            if reason == Refused::ClientGone {
+                // Not an error: how a client gives up. No answer, and no keep-alive after a
+                // read that may have taken a byte of what it sent next.
+                a.session.downstream_session.set_keepalive(None);
+                a.ctx.client_closed = true;
+                return Ok(None);
             }
-            _ => busy(a.ctx, pool, waited),
+            Err(busy(a.ctx, pool, waited))
         }
-    })
+    }
 }
 
 /// Resolves when the client closes (or breaks) its connection or stream. Bytes after the
