@@ -1,0 +1,134 @@
+//! What a 2026-07-28 server refuses before it serves: routing headers that disagree with the
+//! body or are missing (-32020), on every method that carries them, and an `Origin` of
+//! another site in the forms browsers and attackers send (403).
+
+use serde_json::{json, Value};
+
+use super::probe::Target;
+use super::{absent_name, Check, Finding};
+
+const MIRROR: Check = Check {
+    id: "header-mirroring",
+    title: "MCP-Protocol-Version, Mcp-Method and Mcp-Name: missing or disagreeing, refused",
+    rule: "2026-07-28 Streamable HTTP: a standard header missing or disagreeing with the body is 400 + -32020 (SEP-2243; MUST)",
+    fix: "reject a request whose routing headers are missing or disagree with its body (400 -32020), on every method, or put mcp-edge in front",
+};
+const ORIGIN: Check = Check {
+    id: "origin",
+    title: "an Origin of another site is refused, in every form",
+    rule: "Streamable HTTP security: servers MUST validate Origin; 403 when invalid (DNS rebinding)",
+    fix: "compare the whole Origin with the ones you serve (not a prefix; `null` is not yours) and answer 403, or put mcp-edge in front (allowed_origins)",
+};
+
+/// A probe's request: its method, params, and the header overridden ("" removes it).
+struct Case {
+    method: &'static str,
+    params: Value,
+    header: &'static str,
+    value: String,
+}
+
+/// The methods each header governs, with a request for each (absent names only).
+fn cases() -> Vec<Case> {
+    let named: [(&str, Value); 3] = [
+        ("tools/call", json!({"name": absent_name("tool"), "arguments": {}})),
+        ("prompts/get", json!({"name": absent_name("prompt")})),
+        (
+            "resources/read",
+            json!({"uri": format!("mcp-edge-doctor://{}", absent_name("resource"))}),
+        ),
+    ];
+    let mut all = vec![("tools/list", json!({}))];
+    all.extend(named.iter().cloned());
+    let mut out = Vec::new();
+    for (method, params) in &all {
+        let other_method = if *method == "tools/list" { "prompts/list" } else { "tools/list" };
+        let mut headers = vec![
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+            ("mcp-method", other_method.to_owned()),
+        ];
+        if *method != "tools/list" {
+            headers.push(("mcp-name", absent_name("other")));
+        }
+        for (header, disagreeing) in headers {
+            for value in [String::new(), disagreeing.clone()] {
+                out.push(Case {
+                    method,
+                    params: params.clone(),
+                    header,
+                    value,
+                });
+            }
+        }
+    }
+    out
+}
+
+pub async fn mirroring(t: &Target) -> Finding {
+    let all = cases();
+    let mut failed = Vec::new();
+    for c in &all {
+        let extra = [(c.header, c.value.as_str())];
+        let how = if c.value.is_empty() { "missing" } else { "disagreeing" };
+        match t.modern("doctor-mirror", c.method, c.params.clone(), &extra).await {
+            Ok(r) if r.status == 400 && r.code() == Some(-32020) => {}
+            Ok(r) => failed.push(format!("{} {how} on {}: {}", c.header, c.method, r.brief())),
+            Err(e) => failed.push(format!("{} {how} on {}: {e}", c.header, c.method)),
+        }
+    }
+    if failed.is_empty() {
+        MIRROR.pass(format!(
+            "400 -32020 for each header missing or disagreeing ({} requests)",
+            all.len()
+        ))
+    } else {
+        MIRROR.fail(summary(&failed))
+    }
+}
+
+/// The first few of `items`, and how many more.
+pub fn summary(items: &[String]) -> String {
+    let mut out = items.iter().take(4).cloned().collect::<Vec<_>>().join("; ");
+    if items.len() > 4 {
+        out.push_str(&format!("; and {} more", items.len() - 4));
+    }
+    out
+}
+
+/// The `Origin` forms sent: another site, the opaque `null` (sandboxed frames, `file:`
+/// pages, some redirects), and the server's own host as the prefix of another site's.
+fn origins(url: &str) -> Vec<String> {
+    let mut out = vec!["http://doctor.invalid".to_owned(), "null".to_owned()];
+    if let Ok(u) = reqwest::Url::parse(url) {
+        if let Some(host) = u.host_str() {
+            out.push(format!("{}://{host}.doctor.invalid", u.scheme()));
+        }
+    }
+    out
+}
+
+pub async fn origin(t: &Target) -> Finding {
+    let mut served = Vec::new();
+    let mut other = Vec::new();
+    let forms = origins(&t.url);
+    for form in &forms {
+        let extra = [("origin", form.as_str())];
+        let r = t.modern("doctor-origin", "tools/list", json!({}), &extra).await;
+        match r {
+            Ok(r) if r.status == 403 => {}
+            Ok(r) if r.status < 300 => served.push(format!("Origin {form} was served: {}", r.brief())),
+            Ok(r) => other.push(format!("Origin {form}: {}", r.brief())),
+            Err(e) => served.push(format!("Origin {form}: {e}")),
+        }
+    }
+    if !served.is_empty() {
+        ORIGIN.fail(served.join("; "))
+    } else if other.is_empty() {
+        ORIGIN.pass(format!("403 for {}", forms.join(", ")))
+    } else {
+        ORIGIN.skip(format!(
+            "refused for another reason first: {}",
+            other.join("; ")
+        ))
+    }
+}
