@@ -31,7 +31,10 @@ struct Case {
 /// The methods each header governs, with a request for each (absent names only).
 fn cases() -> Vec<Case> {
     let named: [(&str, Value); 3] = [
-        ("tools/call", json!({"name": absent_name("tool"), "arguments": {}})),
+        (
+            "tools/call",
+            json!({"name": absent_name("tool"), "arguments": {}}),
+        ),
         ("prompts/get", json!({"name": absent_name("prompt")})),
         (
             "resources/read",
@@ -42,7 +45,11 @@ fn cases() -> Vec<Case> {
     all.extend(named.iter().cloned());
     let mut out = Vec::new();
     for (method, params) in &all {
-        let other_method = if *method == "tools/list" { "prompts/list" } else { "tools/list" };
+        let other_method = if *method == "tools/list" {
+            "prompts/list"
+        } else {
+            "tools/list"
+        };
         let mut headers = vec![
             ("mcp-protocol-version", "2025-11-25".to_owned()),
             ("mcp-method", other_method.to_owned()),
@@ -69,8 +76,15 @@ pub async fn mirroring(t: &Target) -> Finding {
     let mut failed = Vec::new();
     for c in &all {
         let extra = [(c.header, c.value.as_str())];
-        let how = if c.value.is_empty() { "missing" } else { "disagreeing" };
-        match t.modern("doctor-mirror", c.method, c.params.clone(), &extra).await {
+        let how = if c.value.is_empty() {
+            "missing"
+        } else {
+            "disagreeing"
+        };
+        match t
+            .modern("doctor-mirror", c.method, c.params.clone(), &extra)
+            .await
+        {
             Ok(r) if r.status == 400 && r.code() == Some(-32020) => {}
             Ok(r) => failed.push(format!("{} {how} on {}: {}", c.header, c.method, r.brief())),
             Err(e) => failed.push(format!("{} {how} on {}: {e}", c.header, c.method)),
@@ -113,10 +127,14 @@ pub async fn origin(t: &Target) -> Finding {
     let forms = origins(&t.url);
     for form in &forms {
         let extra = [("origin", form.as_str())];
-        let r = t.modern("doctor-origin", "tools/list", json!({}), &extra).await;
+        let r = t
+            .modern("doctor-origin", "tools/list", json!({}), &extra)
+            .await;
         match r {
             Ok(r) if r.status == 403 => {}
-            Ok(r) if r.status < 300 => served.push(format!("Origin {form} was served: {}", r.brief())),
+            Ok(r) if r.status < 300 => {
+                served.push(format!("Origin {form} was served: {}", r.brief()))
+            }
             Ok(r) => other.push(format!("Origin {form}: {}", r.brief())),
             Err(e) => served.push(format!("Origin {form}: {e}")),
         }

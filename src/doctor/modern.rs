@@ -123,7 +123,9 @@ fn discovered(d: &Result<Reply, String>) -> Finding {
             .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
             .is_some();
     if named {
-        DISCOVER.pass(format!("supportedVersions {listed}, capabilities, serverInfo"))
+        DISCOVER.pass(format!(
+            "supportedVersions {listed}, capabilities, serverInfo"
+        ))
     } else {
         DISCOVER.warn(format!(
             "supportedVersions {listed}, capabilities; no serverInfo (SHOULD)"

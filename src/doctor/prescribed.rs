@@ -55,7 +55,10 @@ pub async fn run(t: &Target) -> Vec<Finding> {
 async fn named(t: &Target) -> Vec<(&'static str, Result<Reply, String>)> {
     let uri = format!("mcp-edge-doctor://{}", absent_name("resource"));
     let asks = [
-        ("tools/call", json!({"name": absent_name("tool"), "arguments": {}})),
+        (
+            "tools/call",
+            json!({"name": absent_name("tool"), "arguments": {}}),
+        ),
         ("prompts/get", json!({"name": absent_name("prompt")})),
         ("resources/read", json!({"uri": uri})),
     ];
@@ -89,7 +92,10 @@ fn stateless_call(calls: &[(&str, Result<Reply, String>)]) -> Finding {
     if guarded.is_empty() {
         STATELESS_CALL.pass("each reached its lookup without a session")
     } else {
-        STATELESS_CALL.fail(format!("asked for a legacy session: {}", guarded.join("; ")))
+        STATELESS_CALL.fail(format!(
+            "asked for a legacy session: {}",
+            guarded.join("; ")
+        ))
     }
 }
 
@@ -117,7 +123,10 @@ fn judge_absent(method: &str, reply: &Result<Reply, String>) -> (Status, String)
             Status::Warn,
             format!("{method}: a tool result with isError, not a JSON-RPC error"),
         ),
-        (None, Some(_)) => (Status::Fail, format!("{method}: a result, as if it existed")),
+        (None, Some(_)) => (
+            Status::Fail,
+            format!("{method}: a result, as if it existed"),
+        ),
         (None, None) => (
             Status::Fail,
             format!("{method}: {}, no JSON-RPC error", r.brief()),
@@ -163,9 +172,13 @@ async fn unknown(t: &Target) -> Finding {
 async fn batch(t: &Target) -> Finding {
     let mut params = json!({});
     params["_meta"] = modern_meta();
-    let one = json!({"jsonrpc": "2.0", "id": "doctor-batch", "method": "tools/list", "params": params});
+    let one =
+        json!({"jsonrpc": "2.0", "id": "doctor-batch", "method": "tools/list", "params": params});
     let body = Value::Array(vec![one]).to_string();
-    let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list")];
+    let headers = [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/list"),
+    ];
     let r = match t.post(&body, "", &headers, true).await {
         Ok(r) => r,
         Err(e) => return BATCH.fail(e),

@@ -26,7 +26,10 @@ pub async fn reach(t: &Target) -> Option<Finding> {
         ("mcp-protocol-version", MODERN),
         ("mcp-method", "server/discover"),
     ];
-    match t.post(&body.to_string(), "doctor-reach", &headers, true).await {
+    match t
+        .post(&body.to_string(), "doctor-reach", &headers, true)
+        .await
+    {
         Ok(_) => None,
         Err(cause) => Some(REACH.fail(cause)),
     }

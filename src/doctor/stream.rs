@@ -116,4 +116,3 @@ impl Target {
         Ok(resp.status().as_u16())
     }
 }
-

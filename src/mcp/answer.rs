@@ -92,10 +92,7 @@ mod tests {
                 json!({"jsonrpc":"2.0","id":"r-1","error":{"code":-32602,"message":"x"}}),
                 vec![],
             ),
-            (
-                json!({"id":"r-1","result":{}}),
-                vec![Flaw::Version],
-            ),
+            (json!({"id":"r-1","result":{}}), vec![Flaw::Version]),
             (
                 json!({"jsonrpc":"2.0","id":1,"result":{}}),
                 vec![Flaw::OtherId("1".into())],

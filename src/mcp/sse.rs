@@ -139,6 +139,15 @@ impl EventData {
         }
         out
     }
+
+    /// The stream ended: a CR it ended with was a whole line end (it can end an event).
+    pub fn finish(&mut self) -> Vec<String> {
+        if self.held.last() == Some(&b'\r') {
+            self.feed(b"\n")
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// An event's lines with their line ends (CRLF, CR or LF; the last line may have none).
@@ -324,13 +333,21 @@ pub fn rewrite_endpoint_url(
 mod tests {
     #[test]
     fn event_data_comes_whole_however_the_stream_is_split() {
-        let stream = b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: x\n\n";
+        let stream =
+            b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: x\n\n";
         for at in 0..=stream.len() {
             let mut reader = EventData::default();
             let mut seen = reader.feed(&stream[..at]);
             seen.extend(reader.feed(&stream[at..]));
             assert_eq!(seen, ["{\"a\":\n1}", "x"], "split at {at}");
         }
+        // A CR at the very end ends a line only once the stream has ended.
+        let mut reader = EventData::default();
+        assert!(reader.feed(b"data: y\r\r").is_empty());
+        assert_eq!(reader.finish(), ["y"]);
+        let mut reader = EventData::default();
+        reader.feed(b"data: y\n");
+        assert!(reader.finish().is_empty(), "no blank line: not an event");
     }
 
     use super::*;
