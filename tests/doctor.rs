@@ -151,7 +151,10 @@ fn the_sdk_servers_as_they_are_and_nothing_runs() {
         // (it serves the request on its legacy path, where the spec says -32020), and answers
         // an absent tool with an isError result and an absent prompt with -32603 (WARN: the
         // spec says -32602, SHOULD).
-        (&py, set(&["origin", "listen", "header-mirroring", "absent-name"])),
+        (
+            &py,
+            set(&["origin", "listen", "header-mirroring", "absent-name"]),
+        ),
         (
             &py_stateful,
             set(&["origin", "listen", "header-mirroring", "absent-name"]),
@@ -362,7 +365,10 @@ fn a_server_out_of_reach_exits_3_with_the_cause() {
     let plain = faulty_server("none");
     let cases = [
         (refused, "refused"),
-        (format!("http://{}/mcp", silent.local_addr().unwrap()), "timed out"),
+        (
+            format!("http://{}/mcp", silent.local_addr().unwrap()),
+            "timed out",
+        ),
         (format!("http://{reset_addr}/mcp"), "reset"),
         ("http://mcp-edge-doctor.invalid/mcp".to_owned(), "DNS"),
         (format!("https://{}/mcp", plain.addr), "TLS"),
@@ -379,4 +385,30 @@ fn a_server_out_of_reach_exits_3_with_the_cause() {
         );
     }
     drop(silent);
+}
+
+#[test]
+fn every_check_is_documented_with_its_rule() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/doctor.md")).unwrap();
+    let server = faulty_server("none");
+    let (report, code) = doctor(&[&url(&server), "-H", "Authorization: Bearer t"]);
+    assert_eq!(code, 0, "{report:#}");
+    let findings = report["reports"][0]["findings"].as_array().unwrap();
+    assert!(findings.len() >= 20, "{report:#}");
+    for f in findings {
+        let id = f["id"].as_str().unwrap();
+        assert!(
+            doc.contains(&format!("| `{id}` |")),
+            "{id} is not in docs/doctor.md"
+        );
+        assert!(
+            !f["rule"].as_str().unwrap().is_empty(),
+            "{id} names no rule"
+        );
+    }
+    assert!(
+        doc.contains("| `reach` |"),
+        "reach is not in docs/doctor.md"
+    );
 }

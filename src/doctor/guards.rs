@@ -51,11 +51,11 @@ fn cases() -> Vec<Case> {
             "tools/list"
         };
         let mut headers = vec![
-            ("mcp-protocol-version", "2025-11-25".to_owned()),
-            ("mcp-method", other_method.to_owned()),
+            ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+            ("Mcp-Method", other_method.to_owned()),
         ];
         if *method != "tools/list" {
-            headers.push(("mcp-name", absent_name("other")));
+            headers.push(("Mcp-Name", absent_name("other")));
         }
         for (header, disagreeing) in headers {
             for value in [String::new(), disagreeing.clone()] {

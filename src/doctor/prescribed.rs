@@ -189,7 +189,7 @@ async fn batch(t: &Target) -> Finding {
         .and_then(|m| m.pointer("/error/code"))
         .and_then(Value::as_i64);
     match (r.status, code) {
-        (s, _) if s < 300 => BATCH.fail(format!("served: HTTP {s} {:.80}", r.body)),
+        (s, _) if s < 300 => BATCH.fail(format!("served as a batch: {}", r.brief())),
         (400, Some(c)) => BATCH.pass(format!("400 {c}")),
         (s, _) if s >= 500 => BATCH.fail(format!("HTTP {s}")),
         (s, c) => BATCH.warn(format!(
