@@ -79,6 +79,8 @@ const CORPUS: &[(&str, &str)] = &[
     ("no-header-check", "header-mirroring"),
     ("missing-header-accepted", "header-mirroring"),
     ("name-unchecked-on-read", "header-mirroring"),
+    ("no-base64-names", "header-encoding"),
+    ("meta-unchecked", "meta-envelope"),
     ("no-origin-check", "origin"),
     ("origin-null-allowed", "origin"),
     ("origin-prefix-match", "origin"),

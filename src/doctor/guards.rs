@@ -1,6 +1,7 @@
-//! What a 2026-07-28 server refuses before it serves: routing headers that disagree with the
-//! body or are missing (-32020), on every method that carries them, and an `Origin` of
-//! another site in the forms browsers and attackers send (403).
+//! What a 2026-07-28 server refuses before it serves, and what it must not refuse: routing
+//! headers that disagree with the body or are missing (-32020), on every method that carries
+//! them, but not a name sent as `=?base64?…?=`; a `_meta` envelope lacking a required key
+//! (-32602); an `Origin` of another site in the forms browsers and attackers send (403).
 
 use serde_json::{json, Value};
 
@@ -12,6 +13,18 @@ const MIRROR: Check = Check {
     title: "MCP-Protocol-Version, Mcp-Method and Mcp-Name: missing or disagreeing, refused",
     rule: "2026-07-28 Streamable HTTP: a standard header missing or disagreeing with the body is 400 + -32020 (SEP-2243; MUST)",
     fix: "reject a request whose routing headers are missing or disagree with its body (400 -32020), on every method, or put mcp-edge in front",
+};
+const ENCODING: Check = Check {
+    id: "header-encoding",
+    title: "an Mcp-Name sent as =?base64?…?= is decoded, not refused",
+    rule: "2026-07-28 Streamable HTTP: a name outside visible ASCII is sent =?base64?{UTF-8}?=; servers MUST decode before comparing (ST:467-519)",
+    fix: "decode an =?base64?…?= header value (canonical padded Base64 of UTF-8) before comparing it with the body",
+};
+const ENVELOPE: Check = Check {
+    id: "meta-envelope",
+    title: "a _meta envelope lacking a required key gets 400 -32602",
+    rule: "2026-07-28 basic: a request missing a required _meta field is malformed: 400 + -32602 (BI:380-382; MUST)",
+    fix: "refuse a 2026-07-28 request whose _meta lacks protocolVersion or clientCapabilities with 400 -32602",
 };
 const ORIGIN: Check = Check {
     id: "origin",
@@ -148,5 +161,69 @@ pub async fn origin(t: &Target) -> Finding {
             "refused for another reason first: {}",
             other.join("; ")
         ))
+    }
+}
+
+/// A tool whose name needs the `=?base64?…?=` form (not visible ASCII), asked for once.
+pub async fn encoding(t: &Target) -> Finding {
+    let name = absent_name("tool-\u{e9}");
+    let params = json!({"name": name, "arguments": {}});
+    match t.modern("doctor-encoded", "tools/call", params, &[]).await {
+        Ok(r) if r.code() == Some(-32020) => ENCODING.fail(format!(
+            "Mcp-Name {} refused: {}",
+            crate::mcp::headers::encode_value(&name),
+            r.brief()
+        )),
+        Ok(r) => ENCODING.pass(format!("reached the tool lookup: {}", r.brief())),
+        Err(e) => ENCODING.fail(e),
+    }
+}
+
+/// `tools/list` whose `_meta` lacks `clientCapabilities`, then one lacking `protocolVersion`
+/// (its header still 2026-07-28: a header/body disagreement, -32020, is as good).
+pub async fn envelope(t: &Target) -> Finding {
+    let mut seen = Vec::new();
+    let mut failed = false;
+    for (lacking, also) in [
+        ("io.modelcontextprotocol/clientCapabilities", None),
+        ("io.modelcontextprotocol/protocolVersion", Some(-32020)),
+    ] {
+        let mut meta = super::probe::modern_meta();
+        if let Some(m) = meta.as_object_mut() {
+            m.remove(lacking);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": "doctor-envelope", "method": "tools/list", "params": {"_meta": meta}});
+        let headers = [
+            ("mcp-protocol-version", super::probe::MODERN),
+            ("mcp-method", "tools/list"),
+        ];
+        let short = lacking.trim_start_matches("io.modelcontextprotocol/");
+        match t
+            .post(&body.to_string(), "doctor-envelope", &headers, true)
+            .await
+        {
+            Ok(r)
+                if r.status == 400
+                    && (r.code() == Some(-32602) || (also.is_some() && r.code() == also)) =>
+            {
+                seen.push(format!(
+                    "without {short}: 400 {}",
+                    r.code().unwrap_or_default()
+                ));
+            }
+            Ok(r) => {
+                failed = true;
+                seen.push(format!("without {short}: {}", r.brief()));
+            }
+            Err(e) => {
+                failed = true;
+                seen.push(format!("without {short}: {e}"));
+            }
+        }
+    }
+    if failed {
+        ENVELOPE.fail(seen.join("; "))
+    } else {
+        ENVELOPE.pass(seen.join("; "))
     }
 }

@@ -74,6 +74,8 @@ pub async fn run(t: &Target, listen_wait: Duration) -> Vec<Finding> {
     out.push(super::results::fields(t, &list, &discover).await);
     out.push(sessions(t, &list).await);
     out.push(super::guards::mirroring(t).await);
+    out.push(super::guards::encoding(t).await);
+    out.push(super::guards::envelope(t).await);
     out.push(super::guards::origin(t).await);
     out.push(methods(t).await);
     out.push(listen(t, listen_wait).await);

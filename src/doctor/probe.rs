@@ -142,9 +142,11 @@ impl Target {
             "resources/read" => params["uri"].as_str(),
             _ => None,
         };
+        // As a conforming client sends it: `=?base64?…?=` when the name needs it.
+        let name = name.map(crate::mcp::headers::encode_value);
         let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
-        if let Some(n) = name {
-            headers.push(("mcp-name", n));
+        if let Some(n) = &name {
+            headers.push(("mcp-name", n.as_str()));
         }
         let reply = self
             .post(&body.to_string(), id, &merge(&headers, extra), true)

@@ -18,6 +18,8 @@ Defects (one a flag; `none`, the default, has none):
   batch-served                                     a JSON-RPC batch of 2026-07-28 requests served
   session-guard                                    tools/call and resources/read need a legacy session
   legacy-session-lost                              a legacy session issued, then not found on the next request
+  no-base64-names                                  an =?base64?…?= Mcp-Name compared undecoded
+  meta-unchecked                                   a _meta without clientCapabilities served
   json-wrong-id, sse-wrong-id                      answers carrying another id (JSON; an event stream)
   no-jsonrpc-version, result-and-error,            answers without "jsonrpc"; with result and error;
   wrong-media-type                                 JSON answers labelled text/plain
@@ -27,6 +29,8 @@ Defects (one a flag; `none`, the default, has none):
 Prints `LISTENING <port>` (the test peers' convention) and serves until killed."""
 
 import argparse
+import base64
+import binascii
 import json
 import sys
 import threading
@@ -86,6 +90,18 @@ def origin_refused(origin, port):
     return origin != f"http://127.0.0.1:{port}"
 
 
+def decoded(value):
+    """A header value as servers must read it: `=?base64?…?=` decoded (unless the defect)."""
+    if value is None or DEFECT == "no-base64-names":
+        return value
+    if value.startswith("=?base64?") and value.endswith("?="):
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    return value
+
+
 def headers_disagree(headers, method, params, claim):
     if DEFECT == "no-header-check":
         return False
@@ -95,7 +111,7 @@ def headers_disagree(headers, method, params, claim):
     if named:
         expected.append(("Mcp-Name", name))
     for header, value in expected:
-        seen = headers.get(header)
+        seen = decoded(headers.get(header))
         if seen is None and DEFECT == "missing-header-accepted":
             continue
         if seen != value:
@@ -174,9 +190,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(401, error(id_, -32001, "Unauthorized"), [("WWW-Authenticate", challenge)])
         if origin_refused(self.headers.get("Origin"), self.server.server_address[1]):
             return self.send_json(403, error(None, -32000, "Invalid Origin"))
-        claim = (params.get("_meta") or {}).get("io.modelcontextprotocol/protocolVersion")
+        meta = params.get("_meta") or {}
+        claim = meta.get("io.modelcontextprotocol/protocolVersion")
+        if claim is None and self.headers.get("MCP-Protocol-Version") == MODERN:
+            return self.send_json(400, error(id_, -32602, "Invalid params: _meta lacks protocolVersion"))
         if claim is None:
             return self.legacy(id_, method, params)
+        if "io.modelcontextprotocol/clientCapabilities" not in meta and DEFECT != "meta-unchecked":
+            return self.send_json(400, error(id_, -32602, "Invalid params: _meta lacks clientCapabilities"))
         if claim != MODERN:
             if DEFECT == "generic-version-error":
                 return self.send_json(400, error(id_, -32600, "Bad request"))
