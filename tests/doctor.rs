@@ -84,6 +84,8 @@ const CORPUS: &[(&str, &str)] = &[
     ("no-origin-check", "origin"),
     ("origin-null-allowed", "origin"),
     ("origin-prefix-match", "origin"),
+    ("origin-suffix-match", "origin"),
+    ("task-name-unchecked", "header-mirroring"),
     ("shuffled-list", "list-order"),
     ("bad-resource-metadata", "auth-challenge"),
     ("absent-tool-bare-404", "absent-name"),

@@ -11,7 +11,7 @@ use super::{absent_name, Check, Finding};
 const MIRROR: Check = Check {
     id: "header-mirroring",
     title: "MCP-Protocol-Version, Mcp-Method and Mcp-Name: missing or disagreeing, refused",
-    rule: "2026-07-28 Streamable HTTP: a standard header missing or disagreeing with the body is 400 + -32020 (SEP-2243; MUST)",
+    rule: "2026-07-28 Streamable HTTP: a standard header missing or disagreeing with the body is 400 + -32020 (SEP-2243; Mcp-Name = taskId on tasks/*, SEP-2663; MUST)",
     fix: "reject a request whose routing headers are missing or disagree with its body (400 -32020), on every method, or put mcp-edge in front",
 };
 const ENCODING: Check = Check {
@@ -41,9 +41,11 @@ struct Case {
     value: String,
 }
 
-/// The methods each header governs, with a request for each (absent names only).
-fn cases() -> Vec<Case> {
-    let named: [(&str, Value); 3] = [
+/// The methods each header governs, with a request for each (absent names only); with
+/// `tasks` (the extension declared), `tasks/get` of an absent task too.
+fn cases(tasks: bool) -> Vec<Case> {
+    let mut all = vec![
+        ("tools/list", json!({})),
         (
             "tools/call",
             json!({"name": absent_name("tool"), "arguments": {}}),
@@ -54,8 +56,15 @@ fn cases() -> Vec<Case> {
             json!({"uri": format!("mcp-edge-doctor://{}", absent_name("resource"))}),
         ),
     ];
-    let mut all = vec![("tools/list", json!({}))];
-    all.extend(named.iter().cloned());
+    if tasks {
+        let mut meta = super::probe::modern_meta();
+        meta["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+        all.push((
+            "tasks/get",
+            json!({"taskId": absent_name("task"), "_meta": meta}),
+        ));
+    }
     let mut out = Vec::new();
     for (method, params) in &all {
         let other_method = if *method == "tools/list" {
@@ -84,8 +93,8 @@ fn cases() -> Vec<Case> {
     out
 }
 
-pub async fn mirroring(t: &Target) -> Finding {
-    let all = cases();
+pub async fn mirroring(t: &Target, tasks: bool) -> Finding {
+    let all = cases(tasks);
     let mut failed = Vec::new();
     for c in &all {
         let extra = [(c.header, c.value.as_str())];
@@ -123,12 +132,15 @@ pub fn summary(items: &[String]) -> String {
 }
 
 /// The `Origin` forms sent: another site, the opaque `null` (sandboxed frames, `file:`
-/// pages, some redirects), and the server's own host as the prefix of another site's.
+/// pages, some redirects), the server's own host as the prefix of another site's, and as
+/// its suffix (with the port: what `endswith` lets through).
 fn origins(url: &str) -> Vec<String> {
     let mut out = vec!["http://doctor.invalid".to_owned(), "null".to_owned()];
     if let Ok(u) = reqwest::Url::parse(url) {
         if let Some(host) = u.host_str() {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
             out.push(format!("{}://{host}.doctor.invalid", u.scheme()));
+            out.push(format!("{}://doctor{host}{port}", u.scheme()));
         }
     }
     out

@@ -73,7 +73,7 @@ pub async fn run(t: &Target, listen_wait: Duration) -> Vec<Finding> {
     out.push(version(t).await);
     out.push(super::results::fields(t, &list, &discover).await);
     out.push(sessions(t, &list).await);
-    out.push(super::guards::mirroring(t).await);
+    out.push(super::guards::mirroring(t, offers_tasks(&discover)).await);
     out.push(super::guards::encoding(t).await);
     out.push(super::guards::envelope(t).await);
     out.push(super::guards::origin(t).await);
@@ -281,18 +281,22 @@ async fn order(t: &Target) -> Finding {
     }
 }
 
-fn tasks(d: &Result<Reply, String>) -> Finding {
+/// The tasks extension declared in discover's capabilities.
+pub fn offers_tasks(d: &Result<Reply, String>) -> bool {
     let caps = d
         .as_ref()
         .ok()
         .and_then(Reply::result)
         .and_then(|r| r.get("capabilities"));
-    let offered = caps.is_some_and(|c| {
+    caps.is_some_and(|c| {
         c.pointer("/extensions/io.modelcontextprotocol~1tasks")
             .is_some()
             || c.get("tasks").is_some()
-    });
-    if offered {
+    })
+}
+
+fn tasks(d: &Result<Reply, String>) -> Finding {
+    if offers_tasks(d) {
         TASKS.pass("declared: the edge routes every request of a task to its member")
     } else {
         TASKS.skip("not declared")

@@ -134,12 +134,15 @@ impl Target {
         extra: &[(&str, &str)],
     ) -> Result<Reply, String> {
         if let Some(p) = params.as_object_mut() {
-            p.insert("_meta".into(), modern_meta());
+            // A probe that needs more in its envelope (an extension) brings its own.
+            p.entry("_meta").or_insert_with(modern_meta);
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let name = match method {
             "tools/call" | "prompts/get" => params["name"].as_str(),
             "resources/read" => params["uri"].as_str(),
+            // The tasks extension (SEP-2663): the task id routes the request.
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str(),
             _ => None,
         };
         // As a conforming client sends it: `=?base64?…?=` when the name needs it.

@@ -10,7 +10,9 @@ Defects (one a flag; `none`, the default, has none):
   no-header-check, missing-header-accepted,        no header/body check; only headers present are checked;
   name-unchecked-on-read                           Mcp-Name checked on tools/call only
   no-origin-check, origin-null-allowed,            no Origin check; `null` taken as no Origin; a prefix
-  origin-prefix-match                              match (http://127.0.0.1.evil passes)
+  origin-prefix-match, origin-suffix-match         match (http://127.0.0.1.evil passes); a suffix match
+                                                   (http://evil127.0.0.1:PORT passes)
+  task-name-unchecked                              Mcp-Name not checked on tasks/* (the tasks extension)
   shuffled-list                                    tools/list in another order every other time
   bad-resource-metadata                            a 401 naming metadata that is not there
   absent-tool-bare-404                             an absent tool: a bare HTTP 404, no JSON-RPC error
@@ -40,6 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODERN = "2026-07-28"
 TOOLS = [{"name": n, "inputSchema": {"type": "object"}} for n in ("alpha", "beta", "gamma")]
 NAMED = ("tools/call", "prompts/get", "resources/read")
+TASKS = ("tasks/get", "tasks/update", "tasks/cancel")
 LISTS = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources",
          "resources/templates/list": "resourceTemplates"}
 
@@ -87,6 +90,8 @@ def origin_refused(origin, port):
         return False
     if DEFECT == "origin-prefix-match":
         return not origin.startswith("http://127.0.0.1")
+    if DEFECT == "origin-suffix-match":
+        return not origin.endswith(f"127.0.0.1:{port}")
     return origin != f"http://127.0.0.1:{port}"
 
 
@@ -106,7 +111,10 @@ def headers_disagree(headers, method, params, claim):
     if DEFECT == "no-header-check":
         return False
     named = method in NAMED and not (DEFECT == "name-unchecked-on-read" and method != "tools/call")
-    name = params.get("uri") if method == "resources/read" else params.get("name")
+    named = named or (method in TASKS and DEFECT != "task-name-unchecked")
+    name = {"resources/read": params.get("uri")}.get(method, params.get("name"))
+    if method in TASKS:
+        name = params.get("taskId")
     expected = [("MCP-Protocol-Version", claim), ("Mcp-Method", method)]
     if named:
         expected.append(("Mcp-Name", name))
@@ -229,6 +237,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, error(id_, -32602, f"Resource {params.get('uri')} not found"))
         if method == "subscriptions/listen":
             return self.listen(id_)
+        if method in TASKS:
+            return self.send_json(200, error(id_, -32602, f"Task {params.get('taskId')} not found"))
         if DEFECT == "unknown-method-result":
             return self.send_json(200, result(id_, {}))
         return self.send_json(404, error(id_, -32601, "Method not found"))
@@ -236,7 +246,8 @@ class Handler(BaseHTTPRequestHandler):
     def discover(self, id_):
         if DEFECT == "no-discover":
             return self.send_json(404, error(id_, -32601, "Method not found"))
-        body = {"supportedVersions": [MODERN], "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+        caps = {"tools": {}, "prompts": {}, "resources": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+        body = {"supportedVersions": [MODERN], "capabilities": caps,
                 "_meta": {"io.modelcontextprotocol/serverInfo": {"name": args.instance, "version": "1"}}}
         if DEFECT == "discover-no-capabilities":
             del body["capabilities"]
