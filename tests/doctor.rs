@@ -65,32 +65,78 @@ fn url(peer: &Peer) -> String {
     format!("http://{}/mcp", peer.addr)
 }
 
+/// Each defect of `faulty-server.py` (one a flag) and the checks that must report it: exactly
+/// these, and no other.
+const CORPUS: &[(&str, &str)] = &[
+    ("none", ""),
+    ("no-discover", "discover"),
+    ("discover-no-capabilities", "discover"),
+    ("generic-version-error", "unsupported-version"),
+    ("no-result-type", "result-fields"),
+    ("uncached-prompts-list", "result-fields"),
+    ("empty-session", "no-session"),
+    ("session-left", "no-session"),
+    ("no-header-check", "header-mirroring"),
+    ("missing-header-accepted", "header-mirroring"),
+    ("name-unchecked-on-read", "header-mirroring"),
+    ("no-base64-names", "header-encoding"),
+    ("meta-unchecked", "meta-envelope"),
+    ("no-origin-check", "origin"),
+    ("origin-null-allowed", "origin"),
+    ("origin-prefix-match", "origin"),
+    ("origin-suffix-match", "origin"),
+    ("task-name-unchecked", "header-mirroring"),
+    ("shuffled-list", "list-order"),
+    ("bad-resource-metadata", "auth-challenge"),
+    ("absent-tool-bare-404", "absent-name"),
+    ("unknown-method-result", "unknown-method"),
+    ("batch-served", "batch"),
+    ("session-guard", "stateless-call"),
+    ("legacy-session-lost", "legacy-session"),
+    ("json-wrong-id", "answer-framing"),
+    ("sse-wrong-id", "answer-framing"),
+    ("no-jsonrpc-version", "answer-framing"),
+    ("result-and-error", "answer-framing"),
+    ("wrong-media-type", "answer-framing"),
+    ("flood-prompts-list", "result-fields"),
+    ("stall-resources-list", "result-fields"),
+    ("truncated-templates-list", "result-fields"),
+];
+
+/// Checks that only warn (SHOULD): a defect they report exits 0.
+const WARN_ONLY: &[&str] = &["list-order"];
+
 #[test]
 fn each_defect_is_reported_once_by_its_check() {
-    let cases = [
-        ("none", ""),
-        ("no-discover", "discover"),
-        ("generic-version-error", "unsupported-version"),
-        ("no-result-type", "result-fields"),
-        ("empty-session", "no-session"),
-        ("no-header-check", "header-mirroring"),
-        ("no-origin-check", "origin"),
-        ("shuffled-list", "list-order"),
-        ("session-left", "no-session"),
-        ("bad-resource-metadata", "auth-challenge"),
-    ];
-    for (defect, check) in cases {
-        let server = faulty_server(defect);
-        let (doc, code) = doctor(&[&url(&server), "-H", "Authorization: Bearer t"]);
-        let expected = if check.is_empty() {
-            set(&[])
-        } else {
-            set(&[check])
-        };
-        assert_eq!(flagged(&doc), expected, "{defect}: {doc:#}");
-        let fails = !check.is_empty() && check != "list-order";
-        assert_eq!(code, i32::from(fails), "{defect}: exit status");
+    // Four servers at a time: a stalled answer costs the doctor one timeout.
+    for chunk in CORPUS.chunks(4) {
+        std::thread::scope(|s| {
+            for (defect, check) in chunk {
+                s.spawn(move || one_defect(defect, check));
+            }
+        });
     }
+}
+
+fn one_defect(defect: &str, check: &str) {
+    let server = faulty_server(defect);
+    let started = std::time::Instant::now();
+    let (doc, code) = doctor(&[&url(&server), "-H", "Authorization: Bearer t"]);
+    let expected = if check.is_empty() {
+        set(&[])
+    } else {
+        set(&[check])
+    };
+    assert_eq!(flagged(&doc), expected, "{defect}: {doc:#}");
+    let fails = !check.is_empty() && !WARN_ONLY.contains(&check);
+    assert_eq!(code, i32::from(fails), "{defect}: exit status");
+    // Bounded against servers that stall, flood or close mid-body.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{defect}: the doctor took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.stderr_lines("TOOL "), 0, "{defect}: no tool ran");
 }
 
 #[test]
@@ -106,9 +152,17 @@ fn the_sdk_servers_as_they_are_and_nothing_runs() {
         (&modern, set(&["origin", "listen"])),
         (&dual, set(&["origin", "listen"])),
         // Python takes a 2025 MCP-Protocol-Version header over the body's 2026-07-28 claim
-        // (it serves the request on its legacy path, where the spec says -32020).
-        (&py, set(&["origin", "listen", "header-mirroring"])),
-        (&py_stateful, set(&["origin", "listen", "header-mirroring"])),
+        // (it serves the request on its legacy path, where the spec says -32020), and answers
+        // an absent tool with an isError result and an absent prompt with -32603 (WARN: the
+        // spec says -32602, SHOULD).
+        (
+            &py,
+            set(&["origin", "listen", "header-mirroring", "absent-name"]),
+        ),
+        (
+            &py_stateful,
+            set(&["origin", "listen", "header-mirroring", "absent-name"]),
+        ),
     ] {
         let (doc, _) = doctor(&[&url(peer)]);
         assert_eq!(flagged(&doc), expected, "{}: {doc:#}", peer.addr);
@@ -272,4 +326,93 @@ fn stdio_pools_are_checked_as_the_edge_runs_them() {
         "outlives its stdin, stops on SIGTERM: {lingering:#}"
     );
     assert_eq!(code, 0, "nothing failed");
+}
+
+/// The doctor's table output and exit status for `args` (no `--json`: a server it cannot
+/// reach is said on the terminal).
+fn doctor_text(args: &[&str]) -> (String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-edge"))
+        .arg("doctor")
+        .args(["--timeout-ms", "1500"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (text, out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn a_server_out_of_reach_exits_3_with_the_cause() {
+    use std::net::TcpListener;
+    // Refused: a port nobody listens on.
+    let refused = format!("http://127.0.0.1:{}/mcp", free_port());
+    // Timeout: accepted, never answered. Reset: accepted, closed with RST.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let resetting = TcpListener::bind("127.0.0.1:0").unwrap();
+    let reset_addr = resetting.local_addr().unwrap();
+    resetting.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(resetting).unwrap();
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = tokio::io::AsyncReadExt::read(&mut conn, &mut buf).await;
+                let _ = conn.set_zero_linger();
+            }
+        });
+    });
+    // TLS: an https:// URL at a plain HTTP server.
+    let plain = faulty_server("none");
+    let cases = [
+        (refused, "refused"),
+        (
+            format!("http://{}/mcp", silent.local_addr().unwrap()),
+            "timed out",
+        ),
+        (format!("http://{reset_addr}/mcp"), "reset"),
+        ("http://mcp-edge-doctor.invalid/mcp".to_owned(), "DNS"),
+        (format!("https://{}/mcp", plain.addr), "TLS"),
+    ];
+    for (target, cause) in cases {
+        let started = std::time::Instant::now();
+        let (text, code) = doctor_text(&[&target]);
+        assert_eq!(code, 3, "{target}: {text}");
+        assert!(text.contains(cause), "{target}: expected {cause}: {text}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{target}: {:?}",
+            started.elapsed()
+        );
+    }
+    drop(silent);
+}
+
+#[test]
+fn every_check_is_documented_with_its_rule() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/doctor.md")).unwrap();
+    let server = faulty_server("none");
+    let (report, code) = doctor(&[&url(&server), "-H", "Authorization: Bearer t"]);
+    assert_eq!(code, 0, "{report:#}");
+    let findings = report["reports"][0]["findings"].as_array().unwrap();
+    assert!(findings.len() >= 20, "{report:#}");
+    for f in findings {
+        let id = f["id"].as_str().unwrap();
+        assert!(
+            doc.contains(&format!("| `{id}` |")),
+            "{id} is not in docs/doctor.md"
+        );
+        assert!(
+            !f["rule"].as_str().unwrap().is_empty(),
+            "{id} names no rule"
+        );
+    }
+    assert!(
+        doc.contains("| `reach` |"),
+        "reach is not in docs/doctor.md"
+    );
 }

@@ -13,6 +13,12 @@ const LEGACY_INIT: Check = Check {
     rule: "Versioning: a modern-only server names its versions in the error to initialize (400 -32022)",
     fix: "serve the 2025 revisions, or refuse initialize with 400 -32022 and data.supported",
 };
+const LEGACY_SESSION: Check = Check {
+    id: "legacy-session",
+    title: "a legacy session carries a follow-up request",
+    rule: "2025-11-25 Streamable HTTP: a request with the Mcp-Session-Id the server issued is served (MUST), until the session ends",
+    fix: "keep the session the initialize answer issued (or issue none and serve legacy requests statelessly)",
+};
 const CHALLENGE: Check = Check {
     id: "auth-challenge",
     title: "a 401 names the protected resource's metadata",
@@ -60,6 +66,7 @@ async fn initialize(t: &Target) -> Vec<Finding> {
         Err(e) => return vec![LEGACY_INIT.fail(e)],
     };
     let session = r.header("mcp-session-id").map(str::to_owned);
+    let carried = follow_up(t, &r, session.as_deref()).await;
     let negotiated = r
         .result()
         .and_then(|x| x.get("protocolVersion"))
@@ -107,7 +114,34 @@ async fn initialize(t: &Target) -> Vec<Finding> {
         )),
         _ => LEGACY_INIT.fail(r.brief()),
     };
-    vec![finding]
+    vec![finding, carried]
+}
+
+/// After a served `initialize`: `notifications/initialized`, then `tools/list`, both in the
+/// session it issued (if any), as a 2025 client goes on.
+async fn follow_up(t: &Target, init: &super::probe::Reply, session: Option<&str>) -> Finding {
+    if init.status != 200 || init.result().is_none() {
+        return LEGACY_SESSION.skip("legacy initialize not served");
+    }
+    let session = session.filter(|s| !s.is_empty());
+    let _ = t
+        .legacy(None, "notifications/initialized", json!({}), session)
+        .await;
+    let r = t
+        .legacy(Some("doctor-legacy-list"), "tools/list", json!({}), session)
+        .await;
+    let how = if session.is_some() {
+        "in its session"
+    } else {
+        "stateless"
+    };
+    match r {
+        Ok(r) if r.status == 200 && r.result().is_some() => {
+            LEGACY_SESSION.pass(format!("tools/list served {how}"))
+        }
+        Ok(r) => LEGACY_SESSION.fail(format!("tools/list {how}: {}", r.brief())),
+        Err(e) => LEGACY_SESSION.fail(format!("tools/list {how}: {e}")),
+    }
 }
 
 async fn challenge(t: &Target) -> Vec<Finding> {
@@ -286,7 +320,7 @@ async fn http_sse(t: &Target, path: Option<&str>) -> Vec<Finding> {
 }
 
 /// A session of the 2024-11-05 transport is initialized before anything else.
-async fn initialize_sse(t: &Target, stream: &mut super::probe::Stream, messages: &str) {
+async fn initialize_sse(t: &Target, stream: &mut super::stream::Stream, messages: &str) {
     let init = json!({"jsonrpc":"2.0","id":"doctor-sse-init","method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"mcp-edge-doctor","version":env!("CARGO_PKG_VERSION")}}});
     let _ = t.post_to(messages, &init.to_string()).await;
     let initialized = |text: &str| {

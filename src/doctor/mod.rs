@@ -12,10 +12,15 @@ use std::time::Duration;
 use serde::Serialize;
 
 mod config;
+mod guards;
 mod legacy;
 mod modern;
+mod prescribed;
 mod probe;
+mod reach;
+mod results;
 mod stdio;
+mod stream;
 
 pub use probe::Target;
 
@@ -103,7 +108,8 @@ pub const USAGE: &str = "\
     --timeout-ms N                the longest one probe may take (default 5000)
     --listen-ms N                 how long to wait for a keep-alive on subscriptions/listen (default 20000)
     --sse-path PATH               the HTTP+SSE endpoint to look for (default: /sse beside the URL)
-  exit status: 0 nothing failed, 1 a check failed, 2 the doctor could not run";
+  exit status: 0 nothing failed (warnings at most), 1 a check failed, 2 the doctor could not run,
+               3 a server could not be reached at all (refused, DNS, TLS, timeout, reset)";
 
 /// `mcp-edge doctor …` (`args` after `doctor`).
 pub fn main(args: &[String]) -> ExitCode {
@@ -150,12 +156,21 @@ pub fn main(args: &[String]) -> ExitCode {
             print!("{}", r.table());
         }
     }
-    let failed = reports
-        .iter()
-        .flat_map(|r| &r.findings)
-        .any(|f| f.status == Status::Fail);
-    if failed {
+    exit_status(&reports)
+}
+
+/// 1 when a reached server broke a rule, else 3 when one could not be reached, else 0.
+fn exit_status(reports: &[Report]) -> ExitCode {
+    let failed = |unreached: bool| {
+        reports
+            .iter()
+            .flat_map(|r| &r.findings)
+            .any(|f| f.status == Status::Fail && (f.id == reach::REACH.id) == unreached)
+    };
+    if failed(false) {
         ExitCode::from(1)
+    } else if failed(true) {
+        ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
     }
@@ -243,8 +258,15 @@ impl Report {
 async fn examine(url: &str, opts: &Options) -> Result<Report, String> {
     let mut target = Target::reaching(url, opts.headers.clone(), opts.timeout, &opts.reach)?;
     target.host.clone_from(&opts.host);
+    if let Some(unreached) = reach::reach(&target).await {
+        return Ok(Report {
+            subject: url.to_owned(),
+            findings: vec![unreached],
+        });
+    }
     let mut findings = modern::run(&target, opts.listen_wait).await;
     findings.extend(legacy::run(&target, opts.sse_path.as_deref()).await);
+    findings.push(prescribed::framing(&target));
     Ok(Report {
         subject: url.to_owned(),
         findings,

@@ -1,13 +1,14 @@
-//! The 2026-07-28 checks: stateless requests, `server/discover`, version errors, result
-//! fields, sessions, header mirroring, `Origin`, GET and DELETE, `subscriptions/listen`,
-//! list order, the tasks extension.
+//! The 2026-07-28 checks: stateless requests, `server/discover` and its required fields,
+//! version errors, sessions, GET and DELETE, `subscriptions/listen`, list order, the tasks
+//! extension; then the cache hints (`results.rs`), what is refused (`guards.rs`) and the
+//! prescribed answers (`prescribed.rs`).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::probe::{Reply, Target, MODERN};
-use super::{absent_name, Check, Finding};
+use super::{Check, Finding};
 
 const STATELESS: Check = Check {
     id: "stateless-list",
@@ -17,8 +18,8 @@ const STATELESS: Check = Check {
 };
 const DISCOVER: Check = Check {
     id: "discover",
-    title: "server/discover is served",
-    rule: "2026-07-28 lifecycle: server/discover (SEP-2575)",
+    title: "server/discover is served with every required field",
+    rule: "2026-07-28 lifecycle: server/discover MUST be implemented; DiscoverResult requires supportedVersions and capabilities (serverInfo SHOULD)",
     fix: "implement server/discover (the SDKs' 2026-07-28 servers do)",
 };
 const VERSION: Check = Check {
@@ -27,29 +28,11 @@ const VERSION: Check = Check {
     rule: "2026-07-28 versioning: 400 + -32022, data.supported and data.requested",
     fix: "answer an unknown MCP-Protocol-Version with 400 -32022 naming the supported revisions and echoing the requested one",
 };
-const RESULT_TYPE: Check = Check {
-    id: "result-fields",
-    title: "resultType on every result, ttlMs and cacheScope on lists",
-    rule: "2026-07-28 schema: Result.resultType; cache hints on list and discover results",
-    fix: "update the server's SDK: 2026-07-28 results carry resultType, lists ttlMs and cacheScope",
-};
 const SESSIONS: Check = Check {
     id: "no-session",
     title: "stateless answers carry no Mcp-Session-Id",
     rule: "2026-07-28 Streamable HTTP: sessions are removed; never mint or echo one",
     fix: "do not issue Mcp-Session-Id (empty or not) to 2026-07-28 requests",
-};
-const MIRROR: Check = Check {
-    id: "header-mirroring",
-    title: "Mcp-Method, Mcp-Name and MCP-Protocol-Version are checked against the body",
-    rule: "2026-07-28 Streamable HTTP: header/body disagreement is 400 + -32020 (SEP-2243)",
-    fix: "reject a request whose routing headers disagree with its body (400 -32020), or put mcp-edge in front",
-};
-const ORIGIN: Check = Check {
-    id: "origin",
-    title: "a foreign Origin is refused",
-    rule: "Streamable HTTP security: validate Origin, 403 when invalid (DNS rebinding)",
-    fix: "answer 403 to an Origin the server does not serve, or put mcp-edge in front (allowed_origins)",
 };
 const METHODS: Check = Check {
     id: "get-delete",
@@ -88,14 +71,17 @@ pub async fn run(t: &Target, listen_wait: Duration) -> Vec<Finding> {
     out.push(stateless(&list));
     out.push(discovered(&discover));
     out.push(version(t).await);
-    out.push(result_fields(&list, &discover));
+    out.push(super::results::fields(t, &list, &discover).await);
     out.push(sessions(t, &list).await);
-    out.push(mirroring(t).await);
-    out.push(origin(t).await);
+    out.push(super::guards::mirroring(t, offers_tasks(&discover)).await);
+    out.push(super::guards::encoding(t).await);
+    out.push(super::guards::envelope(t).await);
+    out.push(super::guards::origin(t).await);
     out.push(methods(t).await);
     out.push(listen(t, listen_wait).await);
     out.push(order(t).await);
     out.push(tasks(&discover));
+    out.extend(super::prescribed::run(t).await);
     out
 }
 
@@ -115,19 +101,37 @@ fn stateless(list: &Result<Reply, String>) -> Finding {
 }
 
 fn discovered(d: &Result<Reply, String>) -> Finding {
-    let Ok(r) = d else {
-        return DISCOVER.fail(d.as_ref().err().cloned().unwrap_or_default());
+    let r = match d {
+        Ok(r) => r,
+        Err(e) => return DISCOVER.fail(e.clone()),
     };
-    let versions = r.result().and_then(|x| x.get("supportedVersions"));
-    match versions.and_then(Value::as_array) {
-        Some(v) if v.iter().any(|x| x == MODERN) => {
-            DISCOVER.pass(format!("supportedVersions {}", Value::Array(v.clone())))
-        }
-        Some(v) => DISCOVER.fail(format!(
-            "supportedVersions {} lacks {MODERN}",
-            Value::Array(v.clone())
-        )),
-        None => DISCOVER.fail(r.brief()),
+    let Some(result) = r.result() else {
+        return DISCOVER.fail(r.brief());
+    };
+    let Some(versions) = result.get("supportedVersions").and_then(Value::as_array) else {
+        return DISCOVER.fail("no supportedVersions array");
+    };
+    let listed = Value::Array(versions.clone());
+    if !versions.iter().any(|x| x == MODERN) {
+        return DISCOVER.fail(format!("supportedVersions {listed} lacks {MODERN}"));
+    }
+    if !result.get("capabilities").is_some_and(Value::is_object) {
+        return DISCOVER.fail(format!(
+            "supportedVersions {listed}, but no capabilities object (required)"
+        ));
+    }
+    let named = result.get("serverInfo").is_some()
+        || result
+            .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+            .is_some();
+    if named {
+        DISCOVER.pass(format!(
+            "supportedVersions {listed}, capabilities, serverInfo"
+        ))
+    } else {
+        DISCOVER.warn(format!(
+            "supportedVersions {listed}, capabilities; no serverInfo (SHOULD)"
+        ))
     }
 }
 
@@ -173,28 +177,6 @@ async fn version(t: &Target) -> Finding {
     }
 }
 
-fn result_fields(list: &Result<Reply, String>, discover: &Result<Reply, String>) -> Finding {
-    let mut missing = Vec::new();
-    for (name, reply) in [("tools/list", list), ("server/discover", discover)] {
-        let Some(result) = reply.as_ref().ok().and_then(Reply::result) else {
-            continue;
-        };
-        for key in ["resultType", "ttlMs", "cacheScope"] {
-            if result.get(key).is_none() {
-                missing.push(format!("{name} lacks {key}"));
-            }
-        }
-    }
-    let answered = [list, discover]
-        .iter()
-        .any(|r| r.as_ref().ok().and_then(Reply::result).is_some());
-    match (answered, missing.is_empty()) {
-        (false, _) => RESULT_TYPE.skip("no result to look at"),
-        (true, true) => RESULT_TYPE.pass("present"),
-        (true, false) => RESULT_TYPE.fail(missing.join("; ")),
-    }
-}
-
 async fn sessions(t: &Target, first: &Result<Reply, String>) -> Finding {
     let mut issued = 0;
     let mut empty = false;
@@ -231,69 +213,6 @@ async fn sessions(t: &Target, first: &Result<Reply, String>) -> Finding {
         SESSIONS.skip("no stateless answer")
     } else {
         SESSIONS.pass(format!("none in {} answers", seen.len()))
-    }
-}
-
-async fn mirroring(t: &Target) -> Finding {
-    let tool = absent_name("tool");
-    let other = absent_name("tool");
-    // (the header, the method, its params, the disagreeing header)
-    type Case<'a> = (&'a str, &'a str, Value, Vec<(&'a str, &'a str)>);
-    let cases: [Case; 3] = [
-        (
-            "Mcp-Method",
-            "tools/list",
-            json!({}),
-            vec![("mcp-method", "prompts/list")],
-        ),
-        (
-            "Mcp-Name",
-            "tools/call",
-            json!({"name": tool, "arguments": {}}),
-            vec![("mcp-name", other.as_str())],
-        ),
-        (
-            "MCP-Protocol-Version",
-            "tools/list",
-            json!({}),
-            vec![("mcp-protocol-version", "2025-11-25")],
-        ),
-    ];
-    let mut failed = Vec::new();
-    for (header, method, params, extra) in cases {
-        match t.modern("doctor-mirror", method, params, &extra).await {
-            Ok(r) if r.status == 400 && r.code() == Some(-32020) => {}
-            Ok(r) => failed.push(format!("{header} disagreeing: {}", r.brief())),
-            Err(e) => failed.push(format!("{header}: {e}")),
-        }
-    }
-    if failed.is_empty() {
-        MIRROR.pass("400 -32020 for each header that disagrees")
-    } else {
-        MIRROR.fail(failed.join("; "))
-    }
-}
-
-async fn origin(t: &Target) -> Finding {
-    let r = t
-        .modern(
-            "doctor-origin",
-            "tools/list",
-            json!({}),
-            &[("origin", "http://doctor.invalid")],
-        )
-        .await;
-    match r {
-        Ok(r) if r.status == 403 => ORIGIN.pass("403"),
-        Ok(r) if r.status < 300 => ORIGIN.fail(format!(
-            "Origin http://doctor.invalid was served: {}",
-            r.brief()
-        )),
-        Ok(r) => ORIGIN.skip(format!(
-            "the request was refused for another reason first: {}",
-            r.brief()
-        )),
-        Err(e) => ORIGIN.fail(e),
     }
 }
 
@@ -362,18 +281,22 @@ async fn order(t: &Target) -> Finding {
     }
 }
 
-fn tasks(d: &Result<Reply, String>) -> Finding {
+/// The tasks extension declared in discover's capabilities.
+pub fn offers_tasks(d: &Result<Reply, String>) -> bool {
     let caps = d
         .as_ref()
         .ok()
         .and_then(Reply::result)
         .and_then(|r| r.get("capabilities"));
-    let offered = caps.is_some_and(|c| {
+    caps.is_some_and(|c| {
         c.pointer("/extensions/io.modelcontextprotocol~1tasks")
             .is_some()
             || c.get("tasks").is_some()
-    });
-    if offered {
+    })
+}
+
+fn tasks(d: &Result<Reply, String>) -> Finding {
+    if offers_tasks(d) {
         TASKS.pass("declared: the edge routes every request of a task to its member")
     } else {
         TASKS.skip("not declared")

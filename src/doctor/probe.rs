@@ -5,10 +5,16 @@
 
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use serde_json::{json, Value};
 
+use crate::mcp::answer::{self, Flaw};
+use crate::mcp::media::Media;
+use crate::mcp::sse::EventData;
+
 /// The most of one answer read.
-const MAX_BODY: usize = 1 << 20;
+pub(super) const MAX_BODY: usize = 1 << 20;
 
 pub const MODERN: &str = "2026-07-28";
 pub const LEGACY: &str = "2025-11-25";
@@ -22,7 +28,9 @@ pub struct Target {
     /// The `Host` every request names (a pool's `host`), credentials or not.
     pub host: Option<String>,
     pub timeout: Duration,
-    client: reqwest::Client,
+    pub(super) client: reqwest::Client,
+    /// The flaws of the answers to well-formed requests, each with its request's id.
+    flawed: Mutex<Vec<String>>,
 }
 
 /// How a member is reached: its name resolved to an address, its certificate not checked
@@ -42,6 +50,8 @@ pub struct Reply {
     pub body: String,
     pub message: Option<Value>,
     pub sse: bool,
+    /// How the message answering the request breaks the shape every answer has.
+    pub flaws: Vec<Flaw>,
 }
 
 impl Reply {
@@ -110,6 +120,7 @@ impl Target {
             host: None,
             timeout,
             client,
+            flawed: Mutex::new(Vec::new()),
         })
     }
 
@@ -123,20 +134,48 @@ impl Target {
         extra: &[(&str, &str)],
     ) -> Result<Reply, String> {
         if let Some(p) = params.as_object_mut() {
-            p.insert("_meta".into(), modern_meta());
+            // A probe that needs more in its envelope (an extension) brings its own.
+            p.entry("_meta").or_insert_with(modern_meta);
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let name = match method {
             "tools/call" | "prompts/get" => params["name"].as_str(),
             "resources/read" => params["uri"].as_str(),
+            // The tasks extension (SEP-2663): the task id routes the request.
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str(),
             _ => None,
         };
+        // As a conforming client sends it: `=?base64?…?=` when the name needs it.
+        let name = name.map(crate::mcp::headers::encode_value);
         let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
-        if let Some(n) = name {
-            headers.push(("mcp-name", n));
+        if let Some(n) = &name {
+            headers.push(("mcp-name", n.as_str()));
         }
-        self.post(&body.to_string(), id, &merge(&headers, extra), true)
-            .await
+        let reply = self
+            .post(&body.to_string(), id, &merge(&headers, extra), true)
+            .await;
+        if extra.is_empty() {
+            self.record(id, &reply);
+        }
+        reply
+    }
+
+    /// The flaws of an answer to a well-formed request (a refusal before the body was read,
+    /// 401 or 403, has no request to answer).
+    pub fn record(&self, id: &str, reply: &Result<Reply, String>) {
+        let Ok(r) = reply else { return };
+        if r.flaws.is_empty() || matches!(r.status, 401 | 403) {
+            return;
+        }
+        let seen: Vec<String> = r.flaws.iter().map(ToString::to_string).collect();
+        if let Ok(mut log) = self.flawed.lock() {
+            log.push(format!("{id}: {}", seen.join(", ")));
+        }
+    }
+
+    /// What [`Target::record`] kept.
+    pub fn flawed(&self) -> Vec<String> {
+        self.flawed.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// A 2026-07-28 request for `method` without parameters, sent without the caller's
@@ -165,8 +204,13 @@ impl Target {
             headers.push(("mcp-session-id", s));
             headers.push(("mcp-protocol-version", LEGACY));
         }
-        self.post(&body.to_string(), id.unwrap_or(""), &headers, true)
-            .await
+        let reply = self
+            .post(&body.to_string(), id.unwrap_or(""), &headers, true)
+            .await;
+        if let Some(id) = id {
+            self.record(id, &reply);
+        }
+        reply
     }
 
     /// A POST of `body` whose answer carries `id`; `credentials`: with the caller's headers.
@@ -223,156 +267,59 @@ impl Target {
                 rb = rb.header(*k, *v);
             }
         }
-        let mut resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let sse = headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
-        let mut read = Vec::new();
-        let mut message = None;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        while read.len() < MAX_BODY {
-            let next = tokio::time::timeout_at(deadline, resp.chunk()).await;
-            match next {
-                Ok(Ok(Some(chunk))) => read.extend_from_slice(&chunk),
-                _ => break,
-            }
-            if sse {
-                message = events(&String::from_utf8_lossy(&read))
-                    .into_iter()
-                    .find(|m| answers(m, id));
-                if message.is_some() {
-                    break;
-                }
-            }
-        }
-        let body = String::from_utf8_lossy(&read).into_owned();
-        if !sse {
-            message = serde_json::from_str(&body).ok();
-        }
-        Ok(Reply {
-            status,
-            headers,
-            body,
-            message,
-            sse,
-        })
-    }
-
-    /// A `subscriptions/listen` stream: the messages and comment lines seen within `wait`
-    /// (it is closed after).
-    pub async fn listen(
-        &self,
-        id: &str,
-        wait: Duration,
-    ) -> Result<(u16, Vec<Value>, usize), String> {
-        let mut params = json!({"notifications": {"toolsListChanged": true}});
-        params["_meta"] = modern_meta();
-        let body =
-            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params});
-        let mut rb = self
-            .client
-            .post(&self.url)
-            .timeout(wait + self.timeout)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MODERN)
-            .header("mcp-method", "subscriptions/listen")
-            .body(body.to_string());
-        rb = self.named(rb, &self.url);
-        for (k, v) in &self.headers {
-            rb = rb.header(k.as_str(), v.as_str());
-        }
-        let mut resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
-        let status = resp.status().as_u16();
-        let mut read = Vec::new();
-        let deadline = tokio::time::Instant::now() + wait;
-        while read.len() < MAX_BODY {
-            match tokio::time::timeout_at(deadline, resp.chunk()).await {
-                Ok(Ok(Some(chunk))) => read.extend_from_slice(&chunk),
-                _ => break,
-            }
-            let text = String::from_utf8_lossy(&read);
-            if !events(&text).is_empty() && comments(&text) > 0 {
-                break;
-            }
-        }
-        let text = String::from_utf8_lossy(&read);
-        Ok((status, events(&text), comments(&text)))
+        let resp = rb.send().await.map_err(|e| super::reach::cause(&e))?;
+        Ok(read_answer(resp, id, self.timeout).await)
     }
 }
 
-/// An event stream held open (HTTP+SSE's GET), read as far as asked.
-pub struct Stream {
-    resp: reqwest::Response,
-    pub text: String,
-}
-
-impl Stream {
-    /// Read until `done` holds for what was read, or `wait` passes; whether it held.
-    pub async fn read_until(&mut self, wait: Duration, done: impl Fn(&str) -> bool) -> bool {
-        let deadline = tokio::time::Instant::now() + wait;
-        while !done(&self.text) && self.text.len() < MAX_BODY {
-            match tokio::time::timeout_at(deadline, self.resp.chunk()).await {
-                Ok(Ok(Some(chunk))) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
-                _ => return done(&self.text),
-            }
+/// An answer read within `timeout` and [`MAX_BODY`]: a JSON body whole, an event stream until
+/// the first response among its messages; the message judged as every answer is
+/// ([`answer::flaws`]).
+async fn read_answer(mut resp: reqwest::Response, id: &str, timeout: Duration) -> Reply {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let sse = Media::of_headers(&headers) == Media::EventStream;
+    let mut read = Vec::new();
+    let mut stream = EventData::default();
+    let mut message = None;
+    let deadline = tokio::time::Instant::now() + timeout;
+    while read.len() < MAX_BODY && message.is_none() {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(chunk))) => chunk,
+            _ => break,
+        };
+        read.extend_from_slice(&chunk);
+        if sse {
+            message = stream
+                .feed(&chunk)
+                .iter()
+                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                .find(answer::is_response);
         }
-        done(&self.text)
     }
-}
-
-impl Target {
-    /// A GET of `url` as an event stream, held open when it is one (200, `text/event-stream`).
-    pub async fn open_stream(&self, url: &str) -> Result<Option<Stream>, String> {
-        let mut rb = self
-            .client
-            .get(url)
-            .timeout(Duration::from_secs(3600))
-            .header("accept", "text/event-stream");
-        rb = self.named(rb, url);
-        for (k, v) in &self.headers {
-            rb = rb.header(k.as_str(), v.as_str());
-        }
-        let resp = tokio::time::timeout(self.timeout, rb.send())
-            .await
-            .map_err(|_| format!("no answer head within {} ms", self.timeout.as_millis()))?
-            .map_err(|e| format!("no answer: {e}"))?;
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
-        Ok((resp.status() == 200 && sse).then(|| Stream {
-            resp,
-            text: String::new(),
-        }))
+    let body = String::from_utf8_lossy(&read).into_owned();
+    if !sse {
+        message = serde_json::from_str(&body).ok().filter(Value::is_object);
     }
-
-    /// A POST of `body` to another URL (an HTTP+SSE messages endpoint): its status. The
-    /// caller's headers (credentials) go only to the URL's own origin.
-    pub async fn post_to(&self, url: &str, body: &str) -> Result<u16, String> {
-        let mut rb = self
-            .client
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_owned());
-        rb = self.named(rb, url);
-        if same_origin(url, &self.url) {
-            for (k, v) in &self.headers {
-                rb = rb.header(k.as_str(), v.as_str());
-            }
-        }
-        let resp = rb.send().await.map_err(|e| format!("no answer: {e}"))?;
-        Ok(resp.status().as_u16())
+    let mut flaws = Vec::new();
+    if let Some(m) = &message {
+        flaws = answer::flaws(m, &json!(id));
+        let label = headers.get("content-type").and_then(|v| v.to_str().ok());
+        flaws.extend(answer::media_flaw(label));
+    }
+    Reply {
+        status,
+        headers,
+        body,
+        message,
+        sse,
+        flaws,
     }
 }
 
 impl Target {
     /// `rb` for `url` with the `Host` to name, when `url` is the endpoint's own origin.
-    fn named(&self, rb: reqwest::RequestBuilder, url: &str) -> reqwest::RequestBuilder {
+    pub(super) fn named(&self, rb: reqwest::RequestBuilder, url: &str) -> reqwest::RequestBuilder {
         match &self.host {
             Some(host) if same_origin(url, &self.url) => rb.header("host", host.as_str()),
             _ => rb,
@@ -407,26 +354,12 @@ pub fn modern_meta() -> Value {
     })
 }
 
-fn answers(message: &Value, id: &str) -> bool {
-    message.get("id").and_then(Value::as_str) == Some(id)
-        && (message.get("result").is_some() || message.get("error").is_some())
-}
-
-/// The JSON messages of the complete events of an SSE text.
+/// The JSON messages of the complete events of an SSE text (read by the wire's event reader).
 pub fn events(text: &str) -> Vec<Value> {
-    let text = text.replace("\r\n", "\n").replace('\r', "\n");
-    let mut events: Vec<&str> = text.split("\n\n").collect();
-    events.pop();
-    events
-        .into_iter()
-        .filter_map(|event| {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            serde_json::from_str(&data.join("\n")).ok()
-        })
+    EventData::default()
+        .feed(text.as_bytes())
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
         .collect()
 }
 

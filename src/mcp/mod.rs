@@ -6,6 +6,7 @@
 //! Here: the revisions the edge knows, and the bounded labels of methods and eras.
 
 pub mod absent;
+pub mod answer;
 pub mod era;
 pub mod headers;
 pub mod json;

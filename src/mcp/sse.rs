@@ -117,6 +117,39 @@ impl EventSkip {
     }
 }
 
+/// The data of each event as a stream completes it, the stream read in chunks split anywhere
+/// (a reader that must find messages in an event stream: the doctor's answers, a listen
+/// stream). Only the event not yet complete is held.
+#[derive(Debug, Default)]
+pub struct EventData {
+    held: Vec<u8>,
+    ends: EventEnds,
+}
+
+impl EventData {
+    /// Feed one chunk: the data of the events it completed (events without data left out).
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.held.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some(end) = self.ends.next(&self.held) {
+            let event: Vec<u8> = self.held.drain(..end).collect();
+            if let Some(d) = data(&lines(&String::from_utf8_lossy(&event))) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// The stream ended: a CR it ended with was a whole line end (it can end an event).
+    pub fn finish(&mut self) -> Vec<String> {
+        if self.held.last() == Some(&b'\r') {
+            self.feed(b"\n")
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// An event's lines with their line ends (CRLF, CR or LF; the last line may have none).
 pub fn lines(text: &str) -> Vec<(&str, &str)> {
     let mut lines = Vec::new();
@@ -298,6 +331,25 @@ pub fn rewrite_endpoint_url(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn event_data_comes_whole_however_the_stream_is_split() {
+        let stream =
+            b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata: x\n\n";
+        for at in 0..=stream.len() {
+            let mut reader = EventData::default();
+            let mut seen = reader.feed(&stream[..at]);
+            seen.extend(reader.feed(&stream[at..]));
+            assert_eq!(seen, ["{\"a\":\n1}", "x"], "split at {at}");
+        }
+        // A CR at the very end ends a line only once the stream has ended.
+        let mut reader = EventData::default();
+        assert!(reader.feed(b"data: y\r\r").is_empty());
+        assert_eq!(reader.finish(), ["y"]);
+        let mut reader = EventData::default();
+        reader.feed(b"data: y\n");
+        assert!(reader.finish().is_empty(), "no blank line: not an event");
+    }
+
     use super::*;
 
     fn params() -> Vec<String> {

@@ -401,25 +401,21 @@ async fn exchange(
     })
 }
 
-/// The JSON-RPC message with `id` among the complete events of an SSE body: its data as
-/// written, and whether the body's lines end in CRLF.
+/// The JSON-RPC message with `id` among the complete events of an SSE body (read by the
+/// wire's event reader, as the doctor reads them): its data as written, and whether the
+/// body's lines end in CRLF.
 fn sse_reply(body: &[u8], id: &str) -> Option<(String, bool)> {
-    let raw = String::from_utf8_lossy(body);
-    let crlf = raw.contains("\r\n");
-    let text = raw.replace("\r\n", "\n").replace('\r', "\n");
-    // The last piece may be an incomplete event.
-    let mut events: Vec<&str> = text.split("\n\n").collect();
-    events.pop();
-    events.into_iter().find_map(|event| {
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        let data = data.join("\n");
-        let v = serde_json::from_str::<Value>(&data).ok()?;
-        (v.get("id").and_then(Value::as_str) == Some(id)).then_some((data, crlf))
-    })
+    let crlf = memchr::memmem::find(body, b"\r\n").is_some();
+    let mut reader = crate::mcp::sse::EventData::default();
+    let mut events = reader.feed(body);
+    events.extend(reader.finish());
+    events
+        .into_iter()
+        .find(|data| {
+            serde_json::from_str::<Value>(data)
+                .is_ok_and(|v| v.get("id").and_then(Value::as_str) == Some(id))
+        })
+        .map(|data| (data, crlf))
 }
 
 #[cfg(test)]
