@@ -200,6 +200,16 @@ def terminated(*_):
     sys.exit("bench: terminated")
 
 
+def jsonable(value):
+    """`value` with every dict key a string (some parts key their figures by tuples)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else " ".join(map(str, k)) if isinstance(k, tuple) else str(k): jsonable(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
 def main():
     signal.signal(signal.SIGTERM, terminated)
     work = tempfile.mkdtemp(prefix="mcp-edge-bench-")
@@ -248,7 +258,7 @@ def main():
                             f"{results['meta']['started']}; load average at the start {results['meta']['load_start']}, at the "
                             f"end {loadavg()}; {results['meta']['cores']} cores, "
                             f"{results['meta']['cpu']}; {results['meta']['haproxy']}\n\n{text}\n\n"
-                            f"```json\n{json.dumps(results[key], indent=1)}\n```\n\n")
+                            f"```json\n{json.dumps(jsonable(results[key]), indent=1)}\n```\n\n")
                 return
         run(work, results)
     finally:
