@@ -19,12 +19,17 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::{now_ms, Member};
+
+mod queue;
+
+use queue::Waiter;
+pub use queue::{Queue, Slot, Ticket};
 
 /// Pools this small compare every member for `least_request`; larger ones two at random.
 pub const SCAN_ALL: usize = 8;
@@ -158,167 +163,6 @@ pub enum Acquired {
     AllTried,
     /// No member is healthy (or the pool is empty).
     NoneHealthy,
-}
-
-/// A member's room for one request or stream, given back (or passed to the first waiter that
-/// can use it) when dropped.
-pub struct Slot {
-    member: Arc<Member>,
-    kind: Kind,
-    queue: Option<Arc<Queue>>,
-    armed: bool,
-}
-
-impl Slot {
-    fn take(member: Arc<Member>, kind: Kind, queue: Option<Arc<Queue>>) -> Slot {
-        member.load.counter(kind).fetch_add(1, Ordering::Relaxed);
-        Slot {
-            member,
-            kind,
-            queue,
-            armed: true,
-        }
-    }
-
-    pub fn member(&self) -> &Arc<Member> {
-        &self.member
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let counter = self.member.load.counter(self.kind);
-        let Some(queue) = &self.queue else {
-            counter.fetch_sub(1, Ordering::Relaxed);
-            return;
-        };
-        let mut waiters = queue.lock();
-        // A reload may have lowered the limit: then the room is not passed on.
-        let over = queue
-            .cap(self.kind)
-            .is_some_and(|cap| counter.load(Ordering::Relaxed) > cap);
-        if over || !self.pass_on(queue, &mut waiters) {
-            counter.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Slot {
-    /// Hand this room to the first waiter that can use it; false when none could.
-    fn pass_on(&self, queue: &Arc<Queue>, waiters: &mut VecDeque<Waiter>) -> bool {
-        while let Some(i) = waiters
-            .iter()
-            .position(|w| w.kind == self.kind && w.accepts(&self.member))
-        {
-            let Some(waiter) = waiters.remove(i) else {
-                break;
-            };
-            let passed = Slot {
-                member: self.member.clone(),
-                kind: self.kind,
-                queue: Some(queue.clone()),
-                armed: true,
-            };
-            match waiter.tx.send(passed) {
-                Ok(()) => return true,
-                // Gone already (its ticket is being dropped): the next one.
-                Err(mut unused) => unused.armed = false,
-            }
-        }
-        false
-    }
-}
-
-/// A pool's waiting requests, oldest first. It outlives a reload that keeps the pool's
-/// members, so requests waiting under the old configuration are served under the new one.
-#[derive(Default)]
-pub struct Queue {
-    waiters: Mutex<VecDeque<Waiter>>,
-    /// This replica's limits now (0: none), for the slots that hand room on.
-    caps: [AtomicU32; 2],
-    /// The live replicas the last request saw (for a fleet-wide limit).
-    replicas: AtomicU32,
-    next_id: AtomicU64,
-}
-
-impl std::fmt::Debug for Queue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Queue({} waiting)", self.len())
-    }
-}
-
-struct Waiter {
-    id: u64,
-    kind: Kind,
-    /// The member it must have, when pinned.
-    pinned: Option<Arc<Member>>,
-    /// Members it must not have (tried already).
-    tried: Vec<Arc<Member>>,
-    tx: oneshot::Sender<Slot>,
-}
-
-impl Waiter {
-    fn accepts(&self, member: &Arc<Member>) -> bool {
-        match &self.pinned {
-            Some(p) => Arc::ptr_eq(p, member),
-            None => {
-                !member.has_left()
-                    && member.is_healthy()
-                    && !self.tried.iter().any(|t| Arc::ptr_eq(t, member))
-            }
-        }
-    }
-}
-
-/// A request's place in the queue; dropping it (the client left, the wait ran out) leaves
-/// the queue, and a slot passed to it meanwhile goes on to the next waiter.
-pub struct Ticket {
-    id: u64,
-    queue: Arc<Queue>,
-    rx: oneshot::Receiver<Slot>,
-}
-
-impl Ticket {
-    /// Wait for a member's room.
-    pub async fn granted(&mut self) -> Option<Slot> {
-        (&mut self.rx).await.ok()
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.queue.lock().retain(|w| w.id != self.id);
-        // A slot sent before it left: given back (or on) as it drops.
-        self.rx.close();
-        drop(self.rx.try_recv());
-    }
-}
-
-impl Queue {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Waiter>> {
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn cap(&self, kind: Kind) -> Option<u32> {
-        let cap = self.caps[kind as usize].load(Ordering::Relaxed);
-        (cap > 0).then_some(cap)
-    }
-
-    fn set_cap(&self, kind: Kind, cap: Option<u32>) {
-        self.caps[kind as usize].store(cap.unwrap_or(0), Ordering::Relaxed);
-    }
-
-    /// Requests waiting now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The members a request may take and which of them has room.
