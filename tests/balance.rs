@@ -13,8 +13,6 @@ use std::time::Instant;
 
 use common::peers::{ts_server, Peer};
 use common::*;
-use mcp_edge::config::Config;
-use mcp_edge::{EdgeHandle, Options};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -361,20 +359,7 @@ async fn a_reload_that_raises_the_limit_serves_the_waiting_requests() {
         ))
     };
     write(&path, &head, &limited(1));
-    let options = Options {
-        config_path: Some(path.clone()),
-        signals: false,
-    };
-    let handle = EdgeHandle::start_with(Config::load(&path).unwrap(), options);
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
-    let edge = Edge {
-        handle,
-        port,
-        metrics_port,
-        pool: pools.name("main"),
-        pools: pools.clone(),
-    };
+    let edge = start_edge_from_file(&path, port, metrics_port, &pools);
     let calls = tokio::spawn({
         let url = edge.url();
         async move { run(&url, 6, 1, 1500).await }

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use common::mock::{Behavior, Mock};
 use common::*;
-use mcp_edge::config::Config;
-use mcp_edge::{EdgeHandle, Options};
 use serde_json::json;
 
 async fn list(edge: &Edge) -> reqwest::Response {
@@ -246,22 +244,7 @@ async fn reload_under_load_loses_no_request() {
     let (port, metrics_port) = (free_port(), free_port());
     let pools = Pools::fresh();
     write_config(&path, port, metrics_port, &keys, &pools, a.addr);
-    let handle = EdgeHandle::start_with(
-        Config::load(&path).unwrap(),
-        Options {
-            config_path: Some(path.clone()),
-            signals: false,
-        },
-    );
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
-    wait_listening(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
-    let edge = Edge {
-        handle,
-        port,
-        metrics_port,
-        pool: pools.name("main"),
-        pools: pools.clone(),
-    };
+    let edge = start_edge_from_file(&path, port, metrics_port, &pools);
     let reloader = edge.handle.reloader.clone().unwrap();
     let ok_before = metric(&edge, "mcp_edge_config_reloads_total{result=\"success\"}").await;
     let bad_before = metric(&edge, "mcp_edge_config_reloads_total{result=\"failure\"}").await;

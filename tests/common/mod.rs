@@ -244,6 +244,30 @@ pub fn start_edge_listening(port: u16, listener: &str, body: &str, pools: Pools)
     }
 }
 
+/// An edge in this process from the configuration file at `path` (which names `port` and
+/// `metrics_port`, and pools named by `pools`), reloadable by `edge.handle.reloader`.
+pub fn start_edge_from_file(
+    path: &std::path::Path,
+    port: u16,
+    metrics_port: u16,
+    pools: &Pools,
+) -> Edge {
+    let options = mcp_edge::Options {
+        config_path: Some(path.to_path_buf()),
+        signals: false,
+    };
+    let handle = EdgeHandle::start_with(Config::load(path).unwrap(), options);
+    wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
+    wait_listening(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
+    Edge {
+        handle,
+        port,
+        metrics_port,
+        pool: pools.name("main"),
+        pools: pools.clone(),
+    }
+}
+
 /// `[[pools]]` + `[[routes]]` for one pool on `/mcp`, checked by `tcp` connects: the members
 /// are test upstreams whose HTTP requests the tests count and pace, where the default `mcp`
 /// check would add its own (tests of the default use [`pool_with_health`] with no check).
