@@ -73,7 +73,7 @@ fn cases(tasks: bool) -> Vec<Case> {
             "tools/list"
         };
         let mut headers = vec![
-            ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+            ("MCP-Protocol-Version", super::probe::LEGACY.to_owned()),
             ("Mcp-Method", other_method.to_owned()),
         ];
         if *method != "tools/list" {

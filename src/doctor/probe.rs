@@ -10,14 +10,15 @@ use std::sync::Mutex;
 use serde_json::{json, Value};
 
 use crate::mcp::answer::{self, Flaw};
+use crate::mcp::client;
 use crate::mcp::media::Media;
 use crate::mcp::sse::EventData;
 
 /// The most of one answer read.
 pub(super) const MAX_BODY: usize = 1 << 20;
 
-pub const MODERN: &str = "2026-07-28";
-pub const LEGACY: &str = "2025-11-25";
+pub const MODERN: &str = crate::mcp::MODERN_VERSION;
+pub const LEGACY: &str = crate::mcp::LATEST_LEGACY;
 
 /// The server under examination.
 pub struct Target {
@@ -347,11 +348,12 @@ fn merge<'a>(base: &[(&'a str, &'a str)], extra: &[(&'a str, &'a str)]) -> Vec<(
 }
 
 pub fn modern_meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge-doctor", "version": env!("CARGO_PKG_VERSION")}
-    })
+    value(&client::meta(client::DOCTOR))
+}
+
+/// A message the wire's client module wrote, as a value to send or edit.
+pub fn value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_default()
 }
 
 /// The JSON messages of the complete events of an SSE text (read by the wire's event reader).
