@@ -148,7 +148,7 @@ impl Target {
         };
         // As a conforming client sends it: `=?base64?…?=` when the name needs it.
         let name = name.map(crate::mcp::headers::encode_value);
-        let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
+        let mut headers = client::modern_headers(method).to_vec();
         if let Some(n) = &name {
             headers.push(("mcp-name", n.as_str()));
         }
@@ -182,9 +182,9 @@ impl Target {
     /// A 2026-07-28 request for `method` without parameters, sent without the caller's
     /// headers (as an anonymous client sends it).
     pub async fn modern_anonymous(&self, id: &str, method: &str) -> Result<Reply, String> {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": modern_meta()}});
-        let headers = [("mcp-protocol-version", MODERN), ("mcp-method", method)];
-        self.post(&body.to_string(), id, &headers, false).await
+        let body = client::enveloped(&Value::from(id).to_string(), method, client::DOCTOR);
+        let headers = client::modern_headers(method);
+        self.post(&body, id, &headers, false).await
     }
 
     /// A legacy request (no `_meta` claim): `session` and the revision in the headers once
@@ -202,8 +202,7 @@ impl Target {
         };
         let mut headers = Vec::new();
         if let Some(s) = session {
-            headers.push(("mcp-session-id", s));
-            headers.push(("mcp-protocol-version", LEGACY));
+            headers.extend(client::session_headers(s, LEGACY));
         }
         let reply = self
             .post(&body.to_string(), id.unwrap_or(""), &headers, true)
