@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::probe::Target;
 use super::{absent_name, Check, Finding};
+use crate::mcp::client;
 
 const MIRROR: Check = Check {
     id: "header-mirroring",
@@ -73,7 +74,7 @@ fn cases(tasks: bool) -> Vec<Case> {
             "tools/list"
         };
         let mut headers = vec![
-            ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+            ("MCP-Protocol-Version", super::probe::LEGACY.to_owned()),
             ("Mcp-Method", other_method.to_owned()),
         ];
         if *method != "tools/list" {
@@ -205,10 +206,7 @@ pub async fn envelope(t: &Target) -> Finding {
             m.remove(lacking);
         }
         let body = json!({"jsonrpc": "2.0", "id": "doctor-envelope", "method": "tools/list", "params": {"_meta": meta}});
-        let headers = [
-            ("mcp-protocol-version", super::probe::MODERN),
-            ("mcp-method", "tools/list"),
-        ];
+        let headers = client::modern_headers("tools/list");
         let short = lacking.trim_start_matches("io.modelcontextprotocol/");
         match t
             .post(&body.to_string(), "doctor-envelope", &headers, true)

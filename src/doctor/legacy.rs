@@ -4,8 +4,9 @@
 
 use serde_json::{json, Value};
 
-use super::probe::{events, Target};
+use super::probe::{events, value, Target};
 use super::{absent_name, Check, Finding};
+use crate::mcp::{client, sse, HTTP_SSE_VERSION, LATEST_LEGACY};
 
 const LEGACY_INIT: Check = Check {
     id: "legacy-initialize",
@@ -57,7 +58,7 @@ pub async fn run(t: &Target, sse_path: Option<&str>) -> Vec<Finding> {
 }
 
 async fn initialize(t: &Target) -> Vec<Finding> {
-    let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp-edge-doctor", "version": env!("CARGO_PKG_VERSION")}});
+    let params = value(&client::initialize_params(LATEST_LEGACY, client::DOCTOR));
     let r = match t
         .legacy(Some("doctor-init"), "initialize", params, None)
         .await
@@ -67,19 +68,11 @@ async fn initialize(t: &Target) -> Vec<Finding> {
     };
     let session = r.header("mcp-session-id").map(str::to_owned);
     let carried = follow_up(t, &r, session.as_deref()).await;
-    let negotiated = r
-        .result()
-        .and_then(|x| x.get("protocolVersion"))
-        .and_then(Value::as_str)
-        .unwrap_or("2025-11-25")
-        .to_owned();
+    let negotiated = client::negotiated(r.message.as_ref()).to_owned();
     // The probe's session is not left behind (at the revision it was opened with).
     let deleted = match session.as_deref().filter(|s| !s.is_empty()) {
         Some(s) => {
-            let headers = [
-                ("mcp-session-id", s),
-                ("mcp-protocol-version", negotiated.as_str()),
-            ];
+            let headers = client::session_headers(s, &negotiated);
             let gone = t.other(http::Method::DELETE, None, &headers, true).await;
             match gone {
                 Ok(g) if g.status < 300 => ", a session, deleted".to_owned(),
@@ -266,17 +259,10 @@ async fn http_sse(t: &Target, path: Option<&str>) -> Vec<Finding> {
         Ok(Some(s)) => s,
         _ => return vec![SSE.skip(format!("not served at {url}"))],
     };
-    let endpoint_of = |text: &str| {
-        text.replace("\r\n", "\n")
-            .split("\n\n")
-            .find(|e| e.lines().any(|l| l.trim() == "event: endpoint"))
-            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("data:")))
-            .map(|d| d.trim().to_owned())
-    };
     stream
-        .read_until(t.timeout, |text| endpoint_of(text).is_some())
+        .read_until(t.timeout, |text| sse::endpoint(text).is_some())
         .await;
-    let Some(endpoint) = endpoint_of(&stream.text) else {
+    let Some(endpoint) = sse::endpoint(&stream.text) else {
         return vec![SSE.fail(format!(
             "{url} is an event stream without an endpoint event"
         ))];
@@ -321,16 +307,15 @@ async fn http_sse(t: &Target, path: Option<&str>) -> Vec<Finding> {
 
 /// A session of the 2024-11-05 transport is initialized before anything else.
 async fn initialize_sse(t: &Target, stream: &mut super::stream::Stream, messages: &str) {
-    let init = json!({"jsonrpc":"2.0","id":"doctor-sse-init","method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"mcp-edge-doctor","version":env!("CARGO_PKG_VERSION")}}});
-    let _ = t.post_to(messages, &init.to_string()).await;
+    let init = client::initialize(r#""doctor-sse-init""#, HTTP_SSE_VERSION, client::DOCTOR);
+    let _ = t.post_to(messages, &init).await;
     let initialized = |text: &str| {
         events(text)
             .iter()
             .any(|m| m.get("id").and_then(Value::as_str) == Some("doctor-sse-init"))
     };
     stream.read_until(t.timeout, initialized).await;
-    let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-    let _ = t.post_to(messages, &note.to_string()).await;
+    let _ = t.post_to(messages, client::initialized()).await;
 }
 
 fn sse_url(url: &str, path: Option<&str>) -> String {

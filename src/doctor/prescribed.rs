@@ -6,8 +6,9 @@
 use serde_json::{json, Value};
 
 use super::guards::summary;
-use super::probe::{modern_meta, Reply, Target, MODERN};
+use super::probe::{modern_meta, Reply, Target};
 use super::{absent_name, Check, Finding, Status};
+use crate::mcp::client;
 
 const STATELESS_CALL: Check = Check {
     id: "stateless-call",
@@ -175,10 +176,7 @@ async fn batch(t: &Target) -> Finding {
     let one =
         json!({"jsonrpc": "2.0", "id": "doctor-batch", "method": "tools/list", "params": params});
     let body = Value::Array(vec![one]).to_string();
-    let headers = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "tools/list"),
-    ];
+    let headers = client::modern_headers("tools/list");
     let r = match t.post(&body, "", &headers, true).await {
         Ok(r) => r,
         Err(e) => return BATCH.fail(e),

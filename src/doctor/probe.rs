@@ -10,14 +10,15 @@ use std::sync::Mutex;
 use serde_json::{json, Value};
 
 use crate::mcp::answer::{self, Flaw};
+use crate::mcp::client;
 use crate::mcp::media::Media;
 use crate::mcp::sse::EventData;
 
 /// The most of one answer read.
 pub(super) const MAX_BODY: usize = 1 << 20;
 
-pub const MODERN: &str = "2026-07-28";
-pub const LEGACY: &str = "2025-11-25";
+pub const MODERN: &str = crate::mcp::MODERN_VERSION;
+pub const LEGACY: &str = crate::mcp::LATEST_LEGACY;
 
 /// The server under examination.
 pub struct Target {
@@ -147,7 +148,7 @@ impl Target {
         };
         // As a conforming client sends it: `=?base64?…?=` when the name needs it.
         let name = name.map(crate::mcp::headers::encode_value);
-        let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
+        let mut headers = client::modern_headers(method).to_vec();
         if let Some(n) = &name {
             headers.push(("mcp-name", n.as_str()));
         }
@@ -181,9 +182,9 @@ impl Target {
     /// A 2026-07-28 request for `method` without parameters, sent without the caller's
     /// headers (as an anonymous client sends it).
     pub async fn modern_anonymous(&self, id: &str, method: &str) -> Result<Reply, String> {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": modern_meta()}});
-        let headers = [("mcp-protocol-version", MODERN), ("mcp-method", method)];
-        self.post(&body.to_string(), id, &headers, false).await
+        let body = client::enveloped(&Value::from(id).to_string(), method, client::DOCTOR);
+        let headers = client::modern_headers(method);
+        self.post(&body, id, &headers, false).await
     }
 
     /// A legacy request (no `_meta` claim): `session` and the revision in the headers once
@@ -201,8 +202,7 @@ impl Target {
         };
         let mut headers = Vec::new();
         if let Some(s) = session {
-            headers.push(("mcp-session-id", s));
-            headers.push(("mcp-protocol-version", LEGACY));
+            headers.extend(client::session_headers(s, LEGACY));
         }
         let reply = self
             .post(&body.to_string(), id.unwrap_or(""), &headers, true)
@@ -347,11 +347,12 @@ fn merge<'a>(base: &[(&'a str, &'a str)], extra: &[(&'a str, &'a str)]) -> Vec<(
 }
 
 pub fn modern_meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "mcp-edge-doctor", "version": env!("CARGO_PKG_VERSION")}
-    })
+    value(&client::meta(client::DOCTOR))
+}
+
+/// A message the wire's client module wrote, as a value to send or edit.
+pub fn value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_default()
 }
 
 /// The JSON messages of the complete events of an SSE text (read by the wire's event reader).

@@ -5,10 +5,9 @@
 
 use std::error::Error as _;
 
-use serde_json::json;
-
-use super::probe::{modern_meta, Target, MODERN};
+use super::probe::Target;
 use super::{Check, Finding};
+use crate::mcp::client;
 
 pub const REACH: Check = Check {
     id: "reach",
@@ -19,17 +18,9 @@ pub const REACH: Check = Check {
 
 /// `None` when the server answers a POST (whatever it says); else a failed [`REACH`].
 pub async fn reach(t: &Target) -> Option<Finding> {
-    let mut params = json!({});
-    params["_meta"] = modern_meta();
-    let body = json!({"jsonrpc": "2.0", "id": "doctor-reach", "method": "server/discover", "params": params});
-    let headers = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "server/discover"),
-    ];
-    match t
-        .post(&body.to_string(), "doctor-reach", &headers, true)
-        .await
-    {
+    let body = client::discover(r#""doctor-reach""#, client::DOCTOR);
+    let headers = client::modern_headers("server/discover");
+    match t.post(&body, "doctor-reach", &headers, true).await {
         Ok(_) => None,
         Err(cause) => Some(REACH.fail(cause)),
     }

@@ -13,6 +13,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use super::{Check, Finding};
 use crate::mcp::learned::{Learned, Probe};
 use crate::mcp::target::Kind;
+use crate::mcp::{client, LATEST_LEGACY};
 use crate::stdio::Spec;
 
 const STARTS: Check = Check {
@@ -134,7 +135,11 @@ async fn run(mut child: Child, spec: &Spec, timeout: Duration) -> Vec<Finding> {
         noise: Vec::new(),
     };
     let mut out = Vec::new();
-    let init = json!({"jsonrpc":"2.0","id":"doctor-init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge-doctor","version":env!("CARGO_PKG_VERSION")}}});
+    let init = super::probe::value(&client::initialize(
+        r#""doctor-init""#,
+        LATEST_LEGACY,
+        client::DOCTOR,
+    ));
     match p.ask(&init, "doctor-init", spec.start_timeout).await {
         Ok((v, _)) if v.get("result").is_some() => {
             let info = v
@@ -150,10 +155,9 @@ async fn run(mut child: Child, spec: &Spec, timeout: Duration) -> Vec<Finding> {
         Ok((v, _)) => return vec![STARTS.fail(format!("initialize answered {v}"))],
         Err(e) => return vec![STARTS.fail(e)],
     }
-    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
     let _ = p
         .stdin
-        .write_all(format!("{initialized}\n").as_bytes())
+        .write_all(format!("{}\n", client::initialized()).as_bytes())
         .await;
     out.push(tools(&mut p, timeout).await);
     out.push(absent(&mut p, timeout).await);

@@ -55,9 +55,9 @@ impl Probe {
             "name"
         };
         let meta = if modern {
-            r#","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}"#
+            format!(r#","_meta":{}"#, super::client::meta(super::client::HEALTH))
         } else {
-            ""
+            String::new()
         };
         let arguments = if kind == Kind::Tool {
             r#","arguments":{}"#

@@ -7,6 +7,7 @@
 
 pub mod absent;
 pub mod answer;
+pub mod client;
 pub mod era;
 pub mod headers;
 pub mod json;
@@ -31,8 +32,15 @@ use strum::{EnumIter, IntoStaticStr};
 /// The modern revision: stateless, every request self-contained.
 pub const MODERN_VERSION: &str = "2026-07-28";
 
+/// The newest legacy revision: what the edge's own `initialize` asks for, and what it assumes
+/// when an answer names none.
+pub const LATEST_LEGACY: &str = "2025-11-25";
+
+/// The revision of the HTTP+SSE transport (deprecated since 2025-03-26).
+pub const HTTP_SSE_VERSION: &str = "2024-11-05";
+
 /// Revisions that use `initialize` and (optionally) sessions.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub const LEGACY_VERSIONS: &[&str] = &[LATEST_LEGACY, "2025-06-18", "2025-03-26", HTTP_SSE_VERSION];
 
 /// Every revision mcp-edge knows, newest first.
 pub fn revisions() -> impl Iterator<Item = &'static str> {

@@ -65,6 +65,26 @@ pub fn event_end(buf: &[u8]) -> Option<usize> {
     EventEnds::default().next(buf)
 }
 
+/// The `endpoint` event an HTTP+SSE stream opens with: the URL its messages are POSTed to.
+pub fn endpoint_event(url: &str) -> String {
+    format!("event: endpoint\ndata: {url}\n\n")
+}
+
+/// The data of the first complete `endpoint` event in an SSE text (an HTTP+SSE stream's
+/// messages URL), trimmed.
+pub fn endpoint(text: &str) -> Option<String> {
+    let mut rest = text;
+    while let Some(end) = event_end(rest.as_bytes()) {
+        let event = lines(&rest[..end]);
+        let named = |(line, _): &(&str, &str)| line.trim() == "event: endpoint";
+        if event.iter().any(named) {
+            return data(&event).map(|d| d.trim().to_owned());
+        }
+        rest = &rest[end..];
+    }
+    None
+}
+
 /// Following a stream's bytes without holding them: where the event being passed ends.
 #[derive(Debug)]
 pub struct EventSkip {
@@ -331,6 +351,13 @@ pub fn rewrite_endpoint_url(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_endpoint_event_is_found_once_complete() {
+        let opened = format!(": hi\r\n\r\n{}", super::endpoint_event("/m?s=1"));
+        assert_eq!(super::endpoint(&opened).as_deref(), Some("/m?s=1"));
+        assert_eq!(super::endpoint("event: endpoint\r\ndata: /m\r\n"), None);
+    }
+
     #[test]
     fn event_data_comes_whole_however_the_stream_is_split() {
         let stream =

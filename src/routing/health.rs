@@ -15,7 +15,9 @@ use serde_json::Value;
 use super::{CheckKind, Member, Pool};
 
 mod absent;
+use crate::mcp::client;
 use crate::mcp::versions::Speaks;
+use crate::mcp::LATEST_LEGACY;
 use crate::metrics;
 
 /// Re-resolve a DNS-discovered pool; a failed or empty answer keeps the current members.
@@ -127,10 +129,7 @@ static CONNECTOR: LazyLock<TransportConnector> = LazyLock::new(|| TransportConne
 const MAX_ANSWER: usize = 64 * 1024;
 
 const DISCOVER_ID: &str = "mcp-edge-health";
-const DISCOVER: &str = r#"{"jsonrpc":"2.0","id":"mcp-edge-health","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}}}"#;
-
 const INITIALIZE_ID: &str = "mcp-edge-legacy-probe";
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":"mcp-edge-legacy-probe","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge-health","version":"1"}}}"#;
 
 /// One active check: a connection as a request would make it (a TLS handshake included for
 /// an HTTPS pool), then for `mcp` a `server/discover` POST. The status decides health (any
@@ -144,11 +143,9 @@ pub async fn probe(pool: &Pool, member: &Member) -> bool {
             Ok(Some(_))
         );
     };
-    let headers = [
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "server/discover"),
-    ];
-    let asked = exchange(pool, member, "POST", path, DISCOVER, &headers);
+    let headers = client::modern_headers("server/discover");
+    let discover = client::discover(&Value::from(DISCOVER_ID).to_string(), client::HEALTH);
+    let asked = exchange(pool, member, "POST", path, &discover, &headers);
     let Ok(Some(mut answer)) = tokio::time::timeout(t, asked).await else {
         return false;
     };
@@ -235,30 +232,11 @@ async fn learn_legacy(pool: &Pool, member: &Member) {
         }
         _ => return,
     }
-    let t = pool.health.timeout;
-    let asked = exchange(pool, member, "POST", path, INITIALIZE, &[]);
-    let Ok(Some(mut answer)) = tokio::time::timeout(t, asked).await else {
+    let Some(opened) = open_legacy(pool, member, path, INITIALIZE_ID).await else {
         return;
     };
-    let reply = tokio::time::timeout(t, answer.reply(INITIALIZE_ID))
-        .await
-        .ok()
-        .flatten();
-    if let Some(session) = answer.session.take() {
-        let version = reply
-            .as_ref()
-            .and_then(|r| r.pointer("/result/protocolVersion"))
-            .and_then(Value::as_str)
-            .unwrap_or("2025-11-25")
-            .to_string();
-        let headers = [
-            ("mcp-session-id", session.as_str()),
-            ("mcp-protocol-version", version.as_str()),
-        ];
-        // Best effort: a server without DELETE keeps the session until it expires.
-        let _ = tokio::time::timeout(t, exchange(pool, member, "DELETE", path, "", &headers)).await;
-    }
-    let Some(reply) = reply else {
+    end_legacy(pool, member, path, &opened).await;
+    let Some(reply) = opened.reply else {
         return;
     };
     let legacy = if reply.get("result").is_some() {
@@ -276,6 +254,48 @@ async fn learn_legacy(pool: &Pool, member: &Member) {
         if speaks.identity.is_none() {
             speaks.identity = reply.pointer("/result/serverInfo").map(identity);
         }
+    }
+}
+
+/// A legacy session a check opened: the `initialize` answer's message, the session (if the
+/// server made one), the revision negotiated.
+pub(super) struct Opened {
+    pub(super) reply: Option<Value>,
+    pub(super) session: Option<String>,
+    pub(super) revision: String,
+}
+
+/// A legacy `initialize` POSTed to `path` with the string id `id`, and what it opened.
+pub(super) async fn open_legacy(
+    pool: &Pool,
+    member: &Member,
+    path: &str,
+    id: &str,
+) -> Option<Opened> {
+    let t = pool.health.timeout;
+    let body = client::initialize(&Value::from(id).to_string(), LATEST_LEGACY, client::HEALTH);
+    let asked = exchange(pool, member, "POST", path, &body, &[]);
+    let mut answer = tokio::time::timeout(t, asked).await.ok()??;
+    let session = answer.session.take();
+    let reply = tokio::time::timeout(t, answer.reply(id))
+        .await
+        .ok()
+        .flatten();
+    let revision = client::negotiated(reply.as_ref()).to_owned();
+    Some(Opened {
+        reply,
+        session,
+        revision,
+    })
+}
+
+/// The session a check opened, deleted at the revision it was opened with (best effort: a
+/// server without DELETE keeps it until it expires).
+pub(super) async fn end_legacy(pool: &Pool, member: &Member, path: &str, opened: &Opened) {
+    if let Some(session) = &opened.session {
+        let headers = client::session_headers(session, &opened.revision);
+        let gone = exchange(pool, member, "DELETE", path, "", &headers);
+        let _ = tokio::time::timeout(pool.health.timeout, gone).await;
     }
 }
 

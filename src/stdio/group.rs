@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -19,14 +19,12 @@ use tokio::sync::watch;
 use super::process::Proc;
 use super::scratch::Place;
 use super::{now_ms, Isolation, Spec};
+use crate::mcp::{client, LATEST_LEGACY};
 
 /// The `initialize` params the edge sends a process it initialises itself: no client
 /// capabilities, since a server's request could not be told apart by client.
-pub(super) const EDGE_INIT: &str = concat!(
-    r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-edge","version":""#,
-    env!("CARGO_PKG_VERSION"),
-    r#""}}"#
-);
+pub(super) static EDGE_INIT: LazyLock<String> =
+    LazyLock::new(|| client::initialize_params(LATEST_LEGACY, client::EDGE));
 
 /// How long a request waits for a shared process that is starting (after a crash, say).
 const WAIT_FOR_PROCESS: Duration = Duration::from_secs(10);
@@ -320,7 +318,7 @@ impl Group {
         let task = self.handle.spawn(async move {
             let result = match group.reserve().await {
                 Ok(()) => match group
-                    .start_initialised(None, EDGE_INIT, true, Place::principal(&caller))
+                    .start_initialised(None, &EDGE_INIT, true, Place::principal(&caller))
                     .await
                 {
                     Ok(p) => Ok(p),

@@ -25,8 +25,8 @@ use super::child::{self, Cause, Child};
 use super::scratch::Place;
 use super::stderr::clip;
 use super::Spec;
-use crate::mcp::jsonrpc;
 use crate::mcp::message::Message;
+use crate::mcp::{client, jsonrpc};
 
 /// The longest stdout line read (a message).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -264,7 +264,7 @@ impl Proc {
 
     /// `initialize` with `params`, then `notifications/initialized`, within `timeout`.
     pub async fn initialize(&self, params: &str, timeout: Duration) -> Result<Init, StartError> {
-        let line = jsonrpc::request("0", "initialize", params);
+        let line = client::initialize_with("0", params);
         let call = self
             .request(&line, None, false)
             .map_err(|e| StartError::new(format!("cannot send initialize: {e:?}")))?;
@@ -282,7 +282,7 @@ impl Proc {
             message,
             refused: Some(text.clone()),
         })?;
-        self.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        self.send_line(client::initialized())
             .map_err(|_| StartError::new("the process ended after initialize"))?;
         let _ = self.init.set(init.clone());
         Ok(init)

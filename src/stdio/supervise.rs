@@ -30,7 +30,7 @@ impl Group {
                     return;
                 }
                 match g
-                    .start_initialised(None, EDGE_INIT, false, Place::probe())
+                    .start_initialised(None, &EDGE_INIT, false, Place::probe())
                     .await
                 {
                     Ok(p) => {
@@ -234,7 +234,7 @@ pub(super) async fn supervise(
         let (pool, spec) = (g.name.clone(), g.spec.clone());
         let began = tokio::time::Instant::now();
         let started = g
-            .start_initialised(None, EDGE_INIT, false, Place::shared(i))
+            .start_initialised(None, &EDGE_INIT, false, Place::shared(i))
             .await;
         drop(g);
         if let Ok(proc) = started {

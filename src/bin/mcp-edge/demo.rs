@@ -89,7 +89,7 @@ impl DemoServer {
                 "_meta": {"io.modelcontextprotocol/serverInfo": server_info},
             })),
             "initialize" => Ok(json!({
-                "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!("2025-11-25")),
+                "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!(mcp_edge::mcp::LATEST_LEGACY)),
                 "capabilities": {"tools": {}},
                 "serverInfo": server_info,
             })),
@@ -239,8 +239,11 @@ pub fn run(port: u16) -> ExitCode {
 
 fn print_walkthrough(port: u16, members: [u16; 2]) {
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let h = "-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28'";
-    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+    let modern = mcp_edge::mcp::MODERN_VERSION;
+    let h = format!("-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: {modern}'");
+    let meta = format!(
+        r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"{modern}","io.modelcontextprotocol/clientCapabilities":{{}}}}"#
+    );
     println!(
         r#"
 mcp-edge demo: the edge listens on {url}

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{exchange, Answer};
+use super::{end_legacy, exchange, open_legacy, Answer};
 use crate::mcp::learned::{AbsentAnswers, Answers, Framing, Learned, Probe, KINDS};
 use crate::mcp::target::Kind;
 use crate::mcp::versions::Speaks;
+use crate::mcp::{client, jsonrpc, MODERN_VERSION};
 use crate::routing::{CheckKind, Member, Pool};
 
 /// Times a server identity is asked before the edge gives up on it (the catalogue answers).
@@ -108,7 +109,7 @@ fn modern_spoken(speaks: &Speaks) -> bool {
     speaks
         .modern
         .as_ref()
-        .is_some_and(|list| list.iter().any(|v| v == "2026-07-28"))
+        .is_some_and(|list| list.iter().any(|v| v == MODERN_VERSION))
 }
 
 fn whole(answers: &Answers) -> bool {
@@ -138,10 +139,12 @@ async fn listed(
         ("prompts/list", "prompts", "name"),
         ("resources/list", "resources", "uri"),
     ] {
-        let meta = if modern { MODERN_META } else { "" };
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":"mcp-edge-absent-list","method":"{method}","params":{{{meta}}}}}"#
-        );
+        let id = r#""mcp-edge-absent-list""#;
+        let body = if modern {
+            client::enveloped(id, method, client::HEALTH)
+        } else {
+            jsonrpc::request(id, method, "{}")
+        };
         let mut with = headers.to_vec();
         if modern {
             with.push(("mcp-method", method));
@@ -170,8 +173,6 @@ async fn listed(
     names
 }
 
-const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-edge-health","version":"1"}}"#;
-
 /// `answers` without those that mention a listed name.
 fn unlisting(mut answers: Answers, names: &[String]) -> Answers {
     for (kind, _) in KINDS {
@@ -190,11 +191,8 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
     let mut answers = Answers::default();
     for (kind, method) in KINDS {
         let probe = Probe::new(kind, token());
-        let headers = [
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", method),
-            ("mcp-name", probe.name.as_str()),
-        ];
+        let [version, method_header] = client::modern_headers(method);
+        let headers = [version, method_header, ("mcp-name", probe.name.as_str())];
         let body = probe.body(method, kind, true);
         let answer = ask(pool, member, path, &body, &headers, &probe).await;
         if let Some((learned, framing)) = answer {
@@ -207,7 +205,7 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
         member,
         path,
         true,
-        &[("mcp-protocol-version", "2026-07-28")],
+        &[("mcp-protocol-version", MODERN_VERSION)],
     )
     .await;
     unlisting(answers, &names)
@@ -218,31 +216,14 @@ async fn ask_modern(pool: &Pool, member: &Member, path: &str) -> Answers {
 async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<Answers> {
     let t = pool.health.timeout;
     let init = Probe::new(Kind::Tool, token());
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":"{}","method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"mcp-edge-health","version":"1"}}}}}}"#,
-        init.id
-    );
-    let mut answer = tokio::time::timeout(t, exchange(pool, member, "POST", path, &body, &[]))
-        .await
-        .ok()??;
-    let session = answer.session.take();
-    let reply = tokio::time::timeout(t, answer.reply(&init.id))
-        .await
-        .ok()
-        .flatten();
-    let version = reply
-        .as_ref()
-        .and_then(|r| r.pointer("/result/protocolVersion"))
-        .and_then(Value::as_str)
-        .unwrap_or("2025-11-25")
-        .to_owned();
-    let mut headers = vec![("mcp-protocol-version", version.as_str())];
-    if let Some(s) = &session {
+    let opened = open_legacy(pool, member, path, &init.id).await?;
+    let mut headers = vec![("mcp-protocol-version", opened.revision.as_str())];
+    if let Some(s) = &opened.session {
         headers.push(("mcp-session-id", s.as_str()));
     }
-    let learned = match reply {
+    let learned = match &opened.reply {
         Some(r) if r.get("result").is_some() => {
-            let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            let initialized = client::initialized();
             let _ = tokio::time::timeout(
                 t,
                 exchange(pool, member, "POST", path, initialized, &headers),
@@ -264,10 +245,7 @@ async fn ask_legacy(pool: &Pool, member: &Member, path: &str) -> Option<Answers>
         }
         _ => None,
     };
-    if session.is_some() {
-        // Best effort: a server without DELETE keeps the session until it expires.
-        let _ = tokio::time::timeout(t, exchange(pool, member, "DELETE", path, "", &headers)).await;
-    }
+    end_legacy(pool, member, path, &opened).await;
     learned
 }
 

@@ -70,7 +70,7 @@ async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<HeldS
     session
         .downstream_session
         .set_write_timeout(Some(WRITE_TIMEOUT));
-    let first = Bytes::from(format!("event: endpoint\ndata: {endpoint}\n\n"));
+    let first = Bytes::from(crate::mcp::sse::endpoint_event(&endpoint));
     // Counted with the event streams members hold open (`mcp_edge_active_sse_streams`).
     let _open = OpenStream::count(ctx.labels.era);
     if session
