@@ -33,9 +33,23 @@ fuzz_target!(|data: &[u8]| {
         let v: Value = serde_json::from_str(&rendered)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {rendered}"));
         assert_eq!(v.get("id"), Some(id), "the id: {rendered}");
+        // Read in the decoded message (keys and strings): in the raw text an escape such as
+        // `\u0000` before the answer's own "123…" would look like the token without being it.
         assert!(
-            !rendered.contains("0123456789abcdef"),
+            !decoded_mentions(&v, "0123456789abcdef"),
             "the probe's token leaked: {rendered}"
         );
     }
 });
+
+/// Whether any key or string in `v` contains `needle`.
+fn decoded_mentions(v: &Value, needle: &str) -> bool {
+    match v {
+        Value::String(s) => s.contains(needle),
+        Value::Array(items) => items.iter().any(|i| decoded_mentions(i, needle)),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, i)| k.contains(needle) || decoded_mentions(i, needle)),
+        _ => false,
+    }
+}
