@@ -3,7 +3,10 @@
 //! - no module imports from a layer above its own, but for the exceptions the map lists with
 //!   their reasons, and every listed exception is still needed;
 //! - a stage's own state (`ctx.stages.X`) is written only by the stage's own files
-//!   (`proxy/stages/X.rs`, `proxy/stages/X/`); others may read it.
+//!   (`proxy/stages/X.rs`, `proxy/stages/X/`); others may read it;
+//! - the facts trace, log and metrics read of a request (its era, its verdict, what the rate
+//!   limit and the policy decided) each have one writer, their owner;
+//! - stage files import neither the hooks nor the pipeline (the pipeline calls them).
 //!
 //! The stage tables are checked against the pipeline by `tests/docs.rs`.
 
@@ -253,4 +256,80 @@ fn the_write_check_sees_writes() {
     ] {
         assert!(!writes(read), "{read}");
     }
+}
+
+/// The facts trace, log and metrics read of a request, and the one file that writes each
+/// (`proxy/ctx.rs` makes them empty).
+const FACT_OWNERS: &[(&str, &str)] = &[
+    ("request.era", "proxy/stages/rules.rs"),
+    ("request.message", "proxy/stages/rules.rs"),
+    ("labels.era", "proxy/stages/rules.rs"),
+    ("decided.rate", "proxy/stages/rate.rs"),
+    ("decided.policy", "proxy/stages/policy.rs"),
+];
+
+#[test]
+fn each_fact_of_a_request_has_one_writer() {
+    let mut writers = Vec::new();
+    let mut seen = BTreeSet::new();
+    for rel in sources() {
+        let code = code(&rel);
+        for (fact, owner) in FACT_OWNERS {
+            let needle = format!(".{fact}");
+            for (i, _) in code.match_indices(&needle) {
+                let rest = &code[i + needle.len()..];
+                // `.request.era` but not `.request.era_x`.
+                if rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                if rel == *owner {
+                    seen.insert(*fact);
+                }
+                if rel != *owner && rel != "proxy/ctx.rs" && writes(rest) {
+                    let line = code[..i].lines().count();
+                    writers.push(format!("{rel}:{line}: {fact} (its owner: {owner})"));
+                }
+            }
+        }
+    }
+    assert!(
+        writers.is_empty(),
+        "a fact written beside its owner: {writers:?}"
+    );
+    let unseen: Vec<_> = FACT_OWNERS
+        .iter()
+        .filter(|(fact, _)| !seen.contains(fact))
+        .collect();
+    assert!(
+        unseen.is_empty(),
+        "owners that no longer name their fact: {unseen:?}"
+    );
+}
+
+#[test]
+fn stage_files_import_neither_the_hooks_nor_the_pipeline() {
+    let mut found = Vec::new();
+    for rel in sources() {
+        if !rel.starts_with("proxy/stages/") {
+            continue;
+        }
+        let code = code(&rel);
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim();
+            if !line.starts_with("use ") && !line.contains("crate::proxy::") {
+                continue;
+            }
+            let names_pipeline = line.contains("pipeline");
+            // The hooks are `proxy/mod.rs`: `use crate::proxy;` or `crate::proxy::Something`
+            // other than the modules and re-exports a stage may read.
+            let hooks = line == "use crate::proxy;" || line.contains("proxy::respond");
+            if names_pipeline || hooks {
+                found.push(format!("{rel}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "stage files reaching up to the hooks or the pipeline: {found:?}"
+    );
 }

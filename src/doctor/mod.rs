@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::mcp::client;
+
 mod config;
 mod guards;
 mod legacy;
@@ -165,7 +167,7 @@ fn exit_status(reports: &[Report]) -> ExitCode {
         reports
             .iter()
             .flat_map(|r| &r.findings)
-            .any(|f| f.status == Status::Fail && (f.id == reach::REACH.id) == unreached)
+            .any(|f| f.status == Status::Fail && (f.id == REACH.id) == unreached)
     };
     if failed(false) {
         ExitCode::from(1)
@@ -258,7 +260,7 @@ impl Report {
 async fn examine(url: &str, opts: &Options) -> Result<Report, String> {
     let mut target = Target::reaching(url, opts.headers.clone(), opts.timeout, &opts.reach)?;
     target.host.clone_from(&opts.host);
-    if let Some(unreached) = reach::reach(&target).await {
+    if let Some(unreached) = unreached(&target).await {
         return Ok(Report {
             subject: url.to_owned(),
             findings: vec![unreached],
@@ -280,4 +282,21 @@ fn absent_name(kind: &str) -> String {
     let _ = ring::rand::SystemRandom::new().fill(&mut b);
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!("mcp-edge-doctor-absent-{kind}-{hex}")
+}
+
+pub const REACH: Check = Check {
+    id: "reach",
+    title: "the server answers",
+    rule: "no answer, so no rule can be checked",
+    fix: "check the URL, that the server runs and listens there, and what lies between (firewall, TLS, DNS)",
+};
+
+/// `None` when the server answers a POST (whatever it says); else a failed [`REACH`].
+async fn unreached(t: &Target) -> Option<Finding> {
+    let body = client::discover(r#""doctor-reach""#, client::DOCTOR);
+    let headers = client::modern_headers("server/discover");
+    match t.post(&body, "doctor-reach", &headers, true).await {
+        Ok(_) => None,
+        Err(cause) => Some(REACH.fail(cause)),
+    }
 }

@@ -1,30 +1,9 @@
-//! Whether the server answers at all, and when it does not, why: the connection refused, the
-//! name not resolved, the TLS handshake failed, no answer within the timeout, the connection
-//! reset or closed. A server the doctor cannot reach has nothing to check; the doctor says so
-//! and exits 3 (`main`), apart from a server that broke a rule (1).
+//! Why a request got no answer: the connection refused, the name not resolved, the TLS
+//! handshake failed, no answer within the timeout, the connection reset or closed. A server
+//! the doctor cannot reach has nothing to check ([`super::REACH`]); the doctor says so and
+//! exits 3 (`main`), apart from a server that broke a rule (1).
 
 use std::error::Error as _;
-
-use super::probe::Target;
-use super::{Check, Finding};
-use crate::mcp::client;
-
-pub const REACH: Check = Check {
-    id: "reach",
-    title: "the server answers",
-    rule: "no answer, so no rule can be checked",
-    fix: "check the URL, that the server runs and listens there, and what lies between (firewall, TLS, DNS)",
-};
-
-/// `None` when the server answers a POST (whatever it says); else a failed [`REACH`].
-pub async fn reach(t: &Target) -> Option<Finding> {
-    let body = client::discover(r#""doctor-reach""#, client::DOCTOR);
-    let headers = client::modern_headers("server/discover");
-    match t.post(&body, "doctor-reach", &headers, true).await {
-        Ok(_) => None,
-        Err(cause) => Some(REACH.fail(cause)),
-    }
-}
 
 /// Why a request got no answer, in a few words, then the error itself.
 pub fn cause(e: &reqwest::Error) -> String {

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use super::ctx::Ctx;
 use super::replay;
-pub use super::stages::limits::Load;
 use crate::config::TraceContext;
+pub use crate::net::load::Load;
 use crate::ops::tracing::Tracing;
 use crate::runtime::Runtime;
 

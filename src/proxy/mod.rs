@@ -51,8 +51,11 @@ impl ProxyHttp for Edge {
         match pipeline::request(admission).await {
             Ok(Flow::Next | Flow::HandOff) => self.install_replay(session, ctx, false),
             // The client has its answer; the member's goes elsewhere.
-            Ok(Flow::Accepted) => self.install_replay(session, ctx, true),
-            Ok(Flow::Hold(held)) => held.hold(session, ctx, self).await,
+            Ok(Flow::Accepted) => {
+                respond::accepted(session, ctx).await;
+                self.install_replay(session, ctx, true)
+            }
+            Ok(Flow::Hold(held)) => respond::hold(session, ctx, self, held).await,
             Ok(Flow::Answer(answer) | Flow::AnswerOnceAdmitted(answer)) => {
                 respond::answer(session, ctx, answer).await
             }

@@ -6,6 +6,10 @@
 //! (`mcp_edge_errors_total{kind}`), recorded for the access log and, while the response head
 //! is still unwritten, answered: the status, the JSON-RPC error body with the request's id,
 //! and the `x-mcp-edge-error` marker.
+//!
+//! The heads the edge writes itself otherwise are written here too, each through the
+//! pipeline's answer stages: an answer it gives ([`answer`]), a bridged POST's early `202`
+//! ([`accepted`]), the head of a stream it holds for a client ([`hold`]).
 
 use std::time::Duration;
 
@@ -17,7 +21,9 @@ use serde_json::Value;
 
 use super::answer::Answer;
 use super::ctx::Ctx;
+use super::edge::Edge;
 use super::pipeline;
+use super::stage::Held;
 use crate::error::{EdgeError, Rejection};
 use crate::metrics;
 
@@ -49,6 +55,29 @@ pub async fn answer(session: &mut Session, ctx: &mut Ctx, answer: Answer) {
         && !end
     {
         let _ = session.write_response_body(body, true).await;
+    }
+}
+
+/// A `202 Accepted` with no body, written before the request goes on to a member whose
+/// answer goes elsewhere (a bridged HTTP+SSE POST's: [`super::stage::Flow::Accepted`]).
+pub async fn accepted(session: &mut Session, ctx: &mut Ctx) {
+    let Ok(mut head) = ResponseHeader::build(202, Some(2)) else {
+        return;
+    };
+    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_ok() {
+        let _ = session.write_response_header(Box::new(head), true).await;
+    }
+}
+
+/// An event stream the edge holds for the client ([`super::stage::Flow::Hold`]): its head
+/// with the answer stages' headers, then the stage that opened it writes.
+pub async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<dyn Held>) {
+    ctx.answered = true;
+    let Ok(mut head) = held.head(session) else {
+        return;
+    };
+    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_ok() {
+        held.hold(head, session, ctx, edge).await;
     }
 }
 

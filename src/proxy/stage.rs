@@ -29,16 +29,22 @@ pub enum Flow {
     /// The edge holds an event stream for the client (a bridged HTTP+SSE client's), once
     /// the stages after this one let the request through.
     Hold(Box<dyn Held>),
-    /// (admitted) The client has its answer already (a bridged HTTP+SSE POST's `202`); the
-    /// request still goes to a member, whose answer goes elsewhere.
+    /// (admitted) The client gets its answer now, a `202` with no body (a bridged HTTP+SSE
+    /// POST's, written by the hook); the request still goes to a member, whose answer goes
+    /// elsewhere.
     Accepted,
 }
 
-/// An event stream the edge holds for the client itself, written by the stage that opened
-/// it until the client goes or the edge stops.
+/// An event stream the edge holds for the client itself: its head (the hook puts the answer
+/// stages' headers on it, [`super::respond::hold`]), then what the stage that opened it
+/// writes, until the client goes or the edge stops.
 pub trait Held: Send {
+    /// The stream's head, before the answer stages.
+    fn head(&self, session: &Session) -> pingora::Result<ResponseHeader>;
+    /// Write `head` and hold the stream.
     fn hold<'a>(
         self: Box<Self>,
+        head: ResponseHeader,
         session: &'a mut Session,
         ctx: &'a mut Ctx,
         edge: &'a Edge,

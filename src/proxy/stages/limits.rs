@@ -1,23 +1,22 @@
-//! `limits.max_concurrent_requests`, `limits.max_streams` and the memory budget: process-wide
-//! counters shared by every listener, and the slots a request holds until its context drops.
+//! `limits.max_concurrent_requests`, `limits.max_streams` and the memory budget: the slots a
+//! request holds in the process-wide counters every listener shares ([`crate::net::load`])
+//! until its context drops.
 //!
 //! - [`Requests`] (first of all): a slot in `max_concurrent_requests`, else 503 `overloaded`.
 //! - [`Streams`] (once the body named the method): a long-lived stream (`subscriptions/listen`,
 //!   a legacy GET stream) takes a slot in `max_streams` and its memory in the budget; a POST
 //!   the member answers with an event stream has its memory counted when the answer starts.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
 use http::Method;
 use pingora::http::{RequestHeader, ResponseHeader};
 
-use crate::error::{EdgeError, Rejection};
-use crate::net::budget::{Budget, Holder, Reservation, STREAM_COST};
+use crate::error::Rejection;
+use crate::net::budget::{Holder, Reservation, STREAM_COST};
+use crate::net::load::Slot;
 use crate::proxy::ctx::Ctx;
 use crate::proxy::edge::Edge;
 use crate::proxy::stage::{Admission, Flow, Stage};
-use crate::runtime::{EndpointKind, Limits};
+use crate::runtime::EndpointKind;
 
 /// The slots and memory one request holds (given back when its context drops).
 #[derive(Default)]
@@ -78,72 +77,11 @@ impl Stage for Streams {
     }
 }
 
-/// Requests in flight, long-lived streams open, and the memory budget.
-#[derive(Clone)]
-pub struct Load {
-    requests: Arc<AtomicUsize>,
-    streams: Arc<AtomicUsize>,
-    pub budget: Arc<Budget>,
-}
-
-impl Load {
-    pub fn new(budget: Arc<Budget>) -> Load {
-        Load {
-            requests: Arc::default(),
-            streams: Arc::default(),
-            budget,
-        }
-    }
-
-    /// A slot for one more request in flight, or 503 `overloaded`.
-    pub fn request(&self, limits: &Limits) -> Result<Slot, EdgeError> {
-        Slot::take(&self.requests, limits.max_concurrent_requests).ok_or(EdgeError::Overloaded {
-            limit: "concurrent requests",
-        })
-    }
-
-    /// A slot for one more long-lived stream and the memory it holds, or 503 `overloaded`.
-    pub async fn stream(&self, limits: &Limits) -> Result<Slot, EdgeError> {
-        let mut slot = Slot::take(&self.streams, limits.max_streams)
-            .ok_or(EdgeError::Overloaded { limit: "streams" })?;
-        let room = self.budget.reserve(Holder::Stream, STREAM_COST).await;
-        slot._room = Some(room.ok_or(EdgeError::Overloaded {
-            limit: "memory budget",
-        })?);
-        Ok(slot)
-    }
-}
-
 /// Is this request a long-lived stream (counted against `limits.max_streams`)?
 fn is_stream(req: &RequestHeader, kind: EndpointKind, method: &str) -> bool {
     match kind {
         EndpointKind::SseStream => true,
         EndpointKind::Streamable if req.method == Method::GET => true,
         _ => method == "subscriptions/listen",
-    }
-}
-
-/// A slot in a bounded counter (and, for streams, its memory), released when dropped.
-pub struct Slot {
-    counter: Arc<AtomicUsize>,
-    /// Held while the slot is (dropped with it).
-    _room: Option<Reservation>,
-}
-
-impl Slot {
-    fn take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Slot> {
-        let previous = counter.fetch_add(1, Ordering::AcqRel);
-        // Built before the check so that a refused take is given back on drop too.
-        let slot = Slot {
-            counter: counter.clone(),
-            _room: None,
-        };
-        (previous < limit).then_some(slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.counter.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -6,8 +6,8 @@
 //! `limits.max_body_bytes` are read, with `timeouts.request_body_ms` as the longest gap between
 //! reads and, past that long, `limits.min_upload_bytes_per_second` as the slowest average.
 //! Every byte held is reserved in the memory budget; an upload that stalls may be closed to
-//! make room for others. The body goes to `ctx.request.body`. A GET or DELETE is legacy (a
-//! stream, a session's end): this stage also sets the era of those (`ctx.request.era`).
+//! make room for others. The body goes to `ctx.request.body`. Whether a route takes a GET or
+//! DELETE (a legacy stream, a session's end) is the rules' to say ([`super::rules`]).
 //!
 //! On the way out: no `Expect` when the edge answered it, no framing header for a body that
 //! was read and dropped, and a rewritten body's length.
@@ -24,7 +24,6 @@ use pingora::ErrorType;
 
 use crate::error::{EdgeError, Rejection};
 use crate::mcp::media;
-use crate::mcp::rules::Era;
 use crate::net::budget::{Budget, Eviction, Holder, Reservation, Watch};
 use crate::proxy::body::Body;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
@@ -50,36 +49,15 @@ impl Stage for Method {
             method: method.to_string(),
             allow: super::route::allowed_methods(&endpoint),
         };
-        let legacy = Some(Era::Legacy);
         match (endpoint.kind, &method) {
             (EndpointKind::Passthrough, _) => a.ctx.request.body = read_any(a).await?,
             (EndpointKind::Streamable | EndpointKind::Messages, &HttpMethod::POST) => {
                 a.ctx.request.body = Some(read(a).await?);
             }
+            // A stream or a session's end: whether the route takes one is the rules' (they
+            // own the era).
             (EndpointKind::Streamable, &HttpMethod::GET | &HttpMethod::DELETE)
-                if endpoint.route.bridge =>
-            {
-                discard(a).await?;
-                a.ctx.request.era = legacy;
-                a.ctx.labels.era = Era::Legacy.label();
-                if method == HttpMethod::GET {
-                    // No standalone stream through the bridge: clients take 405 as "none".
-                    return Err(EdgeError::MethodNotAllowed {
-                        method: method.to_string(),
-                        allow: "POST, DELETE, OPTIONS",
-                    }
-                    .into());
-                }
-            }
-            (EndpointKind::Streamable, &HttpMethod::GET | &HttpMethod::DELETE)
-            | (EndpointKind::SseStream, &HttpMethod::GET) => {
-                if !endpoint.route.versions.accepts_legacy() {
-                    return Err(not_allowed().into());
-                }
-                a.ctx.request.era = legacy;
-                a.ctx.labels.era = Era::Legacy.label();
-                discard(a).await?;
-            }
+            | (EndpointKind::SseStream, &HttpMethod::GET) => discard(a).await?,
             (_, &HttpMethod::OPTIONS) => discard(a).await?,
             _ => return Err(not_allowed().into()),
         }

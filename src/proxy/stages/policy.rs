@@ -28,8 +28,9 @@ use crate::mcp::target::Target;
 use crate::metrics;
 use crate::proxy::answer::Answer;
 use crate::proxy::ctx::{Ctx, Policed, PolicyVerdict};
+use crate::proxy::edge::Edge;
+use crate::proxy::rewrite;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
-use crate::proxy::{rewrite, Edge};
 use crate::runtime::{EndpointKind, Route};
 
 /// What the caller may see, on a route with a policy, and what its answer needs.

@@ -33,7 +33,6 @@ use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::net::budget::Holder;
 use crate::proxy::ctx::Ctx;
 use crate::proxy::edge::Edge;
-use crate::proxy::pipeline;
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::streams::{self, Asked};
@@ -93,7 +92,7 @@ impl Stage for SseBridge {
     const NAME: &'static str = "sse_bridge";
 
     async fn admitted(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
-        Ok(accept(a).await)
+        Ok(accept(a))
     }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
@@ -375,30 +374,18 @@ fn answering(message: String, id: Option<&str>, any: bool) -> String {
 }
 
 /// A bridged HTTP+SSE POST about to go to a member gets its `202 Accepted` now, as an
-/// HTTP+SSE server answers (over HTTP/1.1; an HTTP/2 POST gets it when the member's answer
-/// starts, its body ending with that answer). The connection closes after it, so the client's
-/// next POST does not wait behind this one; the client closing it does not cancel the call.
-/// [`Flow::Accepted`]: written (or the client gone), the answer is the stream's.
-async fn accept(a: &mut Admission<'_>) -> Flow {
-    let (session, ctx) = (&mut *a.session, &mut *a.ctx);
-    let early = match ctx.stages.sse_bridge.as_deref() {
-        Some(state) => !state.h2,
-        None => return Flow::Next,
-    };
-    session.downstream_session.set_keepalive(None);
-    if !early {
-        return Flow::Next;
-    }
-    let Ok(mut head) = ResponseHeader::build(202, Some(2)) else {
+/// HTTP+SSE server answers (over HTTP/1.1, where the hook writes it: [`Flow::Accepted`]), so
+/// the client's next POST does not wait behind this one; the client closing it does not
+/// cancel the call. The connection is not kept alive after a bridged POST.
+fn accept(a: &mut Admission<'_>) -> Flow {
+    let Some(state) = a.ctx.stages.sse_bridge.as_deref_mut() else {
         return Flow::Next;
     };
-    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
+    a.session.downstream_session.set_keepalive(None);
+    if state.h2 {
         return Flow::Next;
     }
-    let _ = session.write_response_header(Box::new(head), true).await;
-    if let Some(state) = ctx.stages.sse_bridge.as_deref_mut() {
-        state.early = true;
-    }
+    state.early = true;
     Flow::Accepted
 }
 

@@ -11,7 +11,6 @@ use crate::mcp::media;
 use crate::metrics::{self, BridgedStream};
 use crate::proxy::ctx::Ctx;
 use crate::proxy::edge::Edge;
-use crate::proxy::pipeline;
 use crate::proxy::stage;
 use crate::session::streams::Opened;
 
@@ -32,13 +31,18 @@ pub struct HeldStream {
 }
 
 impl stage::Held for HeldStream {
+    fn head(&self, session: &Session) -> pingora::Result<ResponseHeader> {
+        stream_head(session)
+    }
+
     fn hold<'a>(
         self: Box<Self>,
+        head: ResponseHeader,
         session: &'a mut Session,
         ctx: &'a mut Ctx,
         edge: &'a Edge,
     ) -> futures::future::BoxFuture<'a, ()> {
-        Box::pin(hold(session, ctx, edge, self))
+        Box::pin(hold(head, session, ctx, edge, self))
     }
 }
 
@@ -54,19 +58,18 @@ impl HeldStream {
 
 /// Hold the client's stream: its head, the `endpoint` event, then every event queued for
 /// it, until the client goes, the edge shuts down, or the client stops reading.
-async fn hold(session: &mut Session, ctx: &mut Ctx, edge: &Edge, held: Box<HeldStream>) {
-    ctx.answered = true;
+async fn hold(
+    head: ResponseHeader,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    edge: &Edge,
+    held: Box<HeldStream>,
+) {
     let HeldStream {
         mut opened,
         endpoint,
         max_age,
     } = *held;
-    let Ok(mut head) = stream_head(session) else {
-        return;
-    };
-    if pipeline::answer(&mut head, &mut Bytes::new(), ctx).is_err() {
-        return;
-    }
     session
         .downstream_session
         .set_write_timeout(Some(WRITE_TIMEOUT));
