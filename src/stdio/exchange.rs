@@ -59,31 +59,30 @@ pub(super) async fn call(
     };
     match events {
         Some(events) if stream => event_stream(flight, events, done, modern, id),
-        _ => {
-            let mut flight = flight;
-            match done.await {
-                Ok(Out::Final(answer)) => {
-                    flight.finished = true;
-                    let answer = match modern {
-                        Some(cacheable) => mark_modern(answer, cacheable),
-                        None => answer,
-                    };
-                    json_response(StatusCode::OK, answer)
-                }
-                Ok(Out::Cancelled) => {
-                    flight.finished = true;
-                    cancelled(id)
-                }
-                Ok(Out::Hung) => {
-                    flight.finished = true;
-                    edge_error(EdgeError::StdioUnresponsive, id)
-                }
-                _ => {
-                    flight.finished = true;
-                    edge_error(EdgeError::StdioExited, id)
-                }
-            }
+        _ => answer(flight, done, modern, id).await,
+    }
+}
+
+/// The one answer to a request (no event stream): the server's, or why there is none.
+async fn answer(
+    mut flight: Flight,
+    done: oneshot::Receiver<Out>,
+    modern: Option<bool>,
+    id: Option<&RawValue>,
+) -> Response<Body> {
+    let out = done.await;
+    flight.finished = true;
+    match out {
+        Ok(Out::Final(answer)) => {
+            let answer = match modern {
+                Some(cacheable) => mark_modern(answer, cacheable),
+                None => answer,
+            };
+            json_response(StatusCode::OK, answer)
         }
+        Ok(Out::Cancelled) => cancelled(id),
+        Ok(Out::Hung) => edge_error(EdgeError::StdioUnresponsive, id),
+        _ => edge_error(EdgeError::StdioExited, id),
     }
 }
 

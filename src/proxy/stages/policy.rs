@@ -268,29 +268,38 @@ fn hidden(
         return Ok(Hidden::Answer(Answer::json(200, json)));
     }
     let (status, json, framing) = answers.answer(modern, method, target, id);
+    // A legacy answer echoes the session.
+    let session = (!modern)
+        .then(|| req.headers.get(crate::mcp::headers::SESSION_ID).cloned())
+        .flatten();
+    Ok(Hidden::Answer(framed(status, json, framing, session)))
+}
+
+/// The hidden entry's answer, framed as the member frames its answers: JSON, or one event on
+/// one `data:` line (a line end in the message, only ever whitespace in JSON, goes).
+fn framed(
+    status: u16,
+    json: String,
+    framing: Framing,
+    session: Option<http::HeaderValue>,
+) -> Answer {
     if !framing.sse {
-        return Ok(Hidden::Answer(Answer {
-            session: (!modern)
-                .then(|| req.headers.get(crate::mcp::headers::SESSION_ID).cloned())
-                .flatten(),
+        return Answer {
+            session,
             ..Answer::json(status, json)
-        }));
+        };
     }
-    // One event (a legacy answer echoing the session), on one `data:` line: a line end in
-    // the message (only ever whitespace in JSON) goes.
     let eol = if framing.crlf { "\r\n" } else { "\n" };
     let json = if json.contains(['\r', '\n']) {
         json.replace(['\r', '\n'], "")
     } else {
         json
     };
-    Ok(Hidden::Answer(Answer {
+    Answer {
         content_type: media::EVENT_STREAM,
-        session: (!modern)
-            .then(|| req.headers.get(crate::mcp::headers::SESSION_ID).cloned())
-            .flatten(),
+        session,
         ..Answer::json(status, sse::message_event(&json, eol))
-    }))
+    }
 }
 
 /// On a route with a policy: the answer to a list request, and a legacy event stream, are

@@ -12,10 +12,13 @@
 
 use crate::error::{EdgeError, Rejection};
 use crate::identity::rate::{self, Decided, Limited};
+use crate::identity::Principal;
+use crate::mcp::rules::Verdict;
 use crate::mcp::target::Kind;
 use crate::metrics;
 use crate::proxy::ctx::RateVerdict;
 use crate::proxy::stage::{Admission, Flow, Stage};
+use crate::runtime::Route;
 
 /// The longest tool name that gets a bucket of its own (longer ones draw from the caller's
 /// only).
@@ -35,16 +38,7 @@ impl Stage for Rate {
             return Ok(Flow::Next);
         };
         let principal = a.ctx.request.principal.as_deref();
-        let message = a.ctx.request.message.as_deref();
-        let tool = message
-            .filter(|m| m.method.as_deref() == Some("tools/call"))
-            .and_then(|m| m.target.as_ref())
-            .map(|t| t.value.as_str())
-            .filter(|name| name.len() <= MAX_TOOL)
-            .filter(|name| {
-                let policy = route.access.policy.as_ref();
-                policy.is_none_or(|p| p.grant(principal).allows(Kind::Tool, name))
-            });
+        let tool = own_bucket(route, principal, a.ctx.request.message.as_deref());
         let address = match principal {
             Some(_) => super::forwarding::peer(a.session, a.ctx).map(|ip| ip.to_canonical()),
             None => super::forwarding::client_address(a.session, a.ctx),
@@ -86,4 +80,22 @@ impl Stage for Rate {
         };
         Err(Rejection::with_id(error, a.ctx.request_id().cloned()))
     }
+}
+
+/// The tool a `tools/call` also draws from the caller's bucket for: one the route's policy
+/// lets the caller use, of a bounded name.
+fn own_bucket<'a>(
+    route: &Route,
+    principal: Option<&Principal>,
+    message: Option<&'a Verdict>,
+) -> Option<&'a str> {
+    message
+        .filter(|m| m.method.as_deref() == Some("tools/call"))
+        .and_then(|m| m.target.as_ref())
+        .map(|t| t.value.as_str())
+        .filter(|name| name.len() <= MAX_TOOL)
+        .filter(|name| {
+            let policy = route.access.policy.as_ref();
+            policy.is_none_or(|p| p.grant(principal).allows(Kind::Tool, name))
+        })
 }
