@@ -35,8 +35,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(v.get("id"), Some(id), "the id: {rendered}");
         // Read in the decoded message (keys and strings): in the raw text an escape such as
         // `\u0000` before the answer's own "123…" would look like the token without being it.
+        // An empty name joins the answer's own text on either side of its hole ("…0" + "" +
+        // "123…abcdef"), which is not the probe's either; every other name here has a letter
+        // no token has, so a token that is in the template shows in their renders.
         assert!(
-            !decoded_mentions(&v, "0123456789abcdef"),
+            name.is_empty() || !decoded_mentions(&v, "0123456789abcdef"),
             "the probe's token leaked: {rendered}"
         );
     }
