@@ -100,6 +100,7 @@ pub enum ErrorKind {
     TlsRequired,
     TaskUnknown,
     Unauthorized,
+    InsufficientScope,
     RateLimited,
     StdioBusy,
     StdioUnavailable,
@@ -211,6 +212,9 @@ pub enum EdgeError {
         challenge: String,
         reason: &'static str,
     },
+    /// The call needs scopes the caller's token lacks (`[[routes.scopes]]`): 403 with this
+    /// `WWW-Authenticate` (`error="insufficient_scope"`, the scopes to ask for).
+    InsufficientScope { challenge: String, scope: String },
     /// The caller is over the route's rate limit: 429, with when to retry and the size of
     /// the bucket that refused (the draft SEP's `data.retryAfterMs`, `RateLimit-*` headers).
     RateLimited { retry_after_ms: u64, limit: u32 },
@@ -274,6 +278,7 @@ impl EdgeError {
             EdgeError::TlsRequired => ErrorKind::TlsRequired,
             EdgeError::TaskUnknown { .. } => ErrorKind::TaskUnknown,
             EdgeError::Unauthorized { .. } => ErrorKind::Unauthorized,
+            EdgeError::InsufficientScope { .. } => ErrorKind::InsufficientScope,
             EdgeError::RateLimited { .. } => ErrorKind::RateLimited,
             EdgeError::BatchRefused => ErrorKind::InvalidRequest,
             EdgeError::StdioBusy => ErrorKind::StdioBusy,
@@ -322,6 +327,7 @@ impl EdgeError {
             // In-band, as the TypeScript SDK answers an unknown task.
             EdgeError::TaskUnknown { .. } => 200,
             EdgeError::Unauthorized { .. } => 401,
+            EdgeError::InsufficientScope { .. } => 403,
             EdgeError::RateLimited { .. } => 429,
             EdgeError::BatchRefused => 400,
         }
@@ -359,6 +365,7 @@ impl EdgeError {
             | EdgeError::PoolBusy { .. }
             | EdgeError::BodyTimeout
             | EdgeError::Unauthorized { .. }
+            | EdgeError::InsufficientScope { .. }
             | EdgeError::TlsRequired
             | EdgeError::BodyTooLarge { .. }
             | EdgeError::HeadersTooLarge { .. }

@@ -731,6 +731,7 @@ fn kept_by(fleet: &Fleet, replicas: &[usize], to: usize) -> String {
                 subject: c.clone(),
                 tenant: None,
                 groups: Vec::new(),
+                scopes: Vec::new(),
             };
             mcp_edge::fleet::handoff::rendezvous(&p.binding(), &addrs) == Some(target)
         })

@@ -13,7 +13,9 @@ mod pools;
 mod routes;
 
 pub use fleet::{FleetSection, RateLimitsSection};
-pub use identity::{IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection};
+pub use identity::{
+    IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection, ScopeRuleSection,
+};
 pub use pools::{
     BalanceName, CheckName, HealthSection, MemberEntry, PoolSection, PoolTlsSection, ScopeName,
 };

@@ -1,4 +1,4 @@
-//! `[identity]` and each route's `auth`, `policy` and `rate_limit`, checked and built.
+//! `[identity]` and each route's `auth`, `policy`, `scopes` and `rate_limit`, checked and built.
 //! Besides errors, this finds rules and patterns that can never match (warnings: the
 //! config still loads; `--check` prints them and fails).
 
@@ -14,6 +14,7 @@ use crate::identity::jwt::{self, JwtSettings, Verifier};
 use crate::identity::keys::ApiKeys;
 use crate::identity::policy::{Policy, Rule};
 use crate::identity::rate::{RateLimit, RateSettings};
+use crate::identity::scopes::{ScopeRule, Scopes};
 use crate::identity::{Access, AuthMode, Identity};
 
 pub fn identity(section: Option<&IdentitySection>, errs: &mut Errors) -> Option<Arc<Identity>> {
@@ -152,7 +153,51 @@ pub fn access(
         policy,
         absent_as: r.absent_as,
         rate,
+        scopes: scopes(r, &at, errs),
     }
+}
+
+/// `[[routes.scopes]]`: only where the edge reads tokens, each rule naming what it guards
+/// and at least one scope (a scope is a token of printable ASCII without `"` or `\`).
+fn scopes(r: &RouteSection, at: &str, errs: &mut Errors) -> Option<Scopes> {
+    if r.scopes.is_empty() {
+        return None;
+    }
+    if r.auth == AuthMode::None {
+        errs.push(format!(
+            "{at}.scopes: needs auth = \"optional\" or \"required\" (the edge reads no token)"
+        ));
+    }
+    for (n, rule) in r.scopes.iter().enumerate() {
+        let here = format!("{at}.scopes[{n}]");
+        if rule.tools.is_empty() && rule.prompts.is_empty() && rule.resources.is_empty() {
+            errs.push(format!("{here}: names no tools, prompts or resources"));
+        }
+        if rule.require.is_empty() {
+            errs.push(format!("{here}.require: names no scope"));
+        }
+        let bad = |s: &&String| {
+            s.is_empty()
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        };
+        if let Some(s) = rule.require.iter().find(bad) {
+            errs.push(format!("{here}.require: '{s}' is not a scope token"));
+        }
+    }
+    Some(Scopes {
+        rules: r
+            .scopes
+            .iter()
+            .map(|rule| ScopeRule {
+                tools: rule.tools.iter().map(|p| WildMatch::new(p)).collect(),
+                prompts: rule.prompts.iter().map(|p| WildMatch::new(p)).collect(),
+                resources: rule.resources.clone(),
+                require: rule.require.clone(),
+            })
+            .collect(),
+    })
 }
 
 fn build_rule(r: &PolicyRuleSection, n: usize) -> Rule {

@@ -64,11 +64,14 @@ impl EdgeError {
                 "This port speaks TLS: send the request over https://".to_string()
             }
             EdgeError::Unauthorized { reason, .. } => format!("Unauthorized: {reason}"),
+            EdgeError::InsufficientScope { scope, .. } => {
+                format!("Forbidden: the call needs the scopes '{scope}'")
+            }
             EdgeError::RateLimited { retry_after_ms, .. } => {
                 format!("Rate limit exceeded: retry in {retry_after_ms} ms")
             }
             EdgeError::BatchRefused => {
-                "Invalid Request: batches are not accepted on this route (its policy checks each call)".to_string()
+                "Invalid Request: batches are not accepted on this route (its policy or scopes check each call)".to_string()
             }
             EdgeError::StdioBusy => {
                 "mcp-edge: the stdio server is not reading its input; try again later".to_string()
@@ -163,7 +166,8 @@ impl EdgeError {
                 headers.push(("ratelimit-limit", limit.to_string()));
                 headers.push(("ratelimit-remaining", "0".into()));
             }
-            EdgeError::Unauthorized { challenge, .. } => {
+            EdgeError::Unauthorized { challenge, .. }
+            | EdgeError::InsufficientScope { challenge, .. } => {
                 headers.push(("www-authenticate", challenge.clone()))
             }
             _ => {}

@@ -204,7 +204,21 @@ impl Verifier {
             subject,
             tenant,
             groups,
+            scopes: scopes(&claims),
         })
+    }
+}
+
+/// The token's scopes: `scope` (RFC 8693 and 9068: space-separated), else `scp` (an array,
+/// or a space-separated string).
+fn scopes(claims: &Map<String, Value>) -> Vec<String> {
+    match claims.get("scope").or_else(|| claims.get("scp")) {
+        Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! subject = "ci-bot"
 //! tenant = "acme"                      # optional
 //! groups = ["ops"]                     # optional
+//! scopes = ["deploy"]                   # optional: the scopes `[[routes.scopes]]` may need
 //! ```
 //!
 //! A client presents the key as `Authorization: Bearer <key>`. Its principal's issuer is
@@ -34,6 +35,8 @@ struct Entry {
     tenant: Option<String>,
     #[serde(default)]
     groups: Vec<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -61,15 +64,19 @@ impl ApiKeys {
                 subject: e.subject,
                 tenant: e.tenant,
                 groups: e.groups,
+                scopes: e.scopes,
             };
             // One subject is one principal: its sessions, rate bucket and rules are shared.
             if let Some(other) = by_digest
                 .values()
                 .find(|p: &&Principal| p.subject == principal.subject)
             {
-                if other.tenant != principal.tenant || other.groups != principal.groups {
+                if other.tenant != principal.tenant
+                    || other.groups != principal.groups
+                    || other.scopes != principal.scopes
+                {
                     return Err(format!(
-                        "keys[{i}]: subject '{}' is listed with another tenant or other groups",
+                        "keys[{i}]: subject '{}' is listed with another tenant, other groups or other scopes",
                         principal.subject
                     ));
                 }

@@ -7,13 +7,15 @@
 //! - A route's `auth` decides what happens without a valid one ([`AuthMode`]); a refusal is
 //!   a 401 whose `WWW-Authenticate` points at the Protected Resource Metadata (RFC 9728),
 //!   which the edge serves itself when `authorization_servers` are configured.
-//! - What a principal may see and call is [`policy`]; how often, [`rate`].
+//! - What a principal may see and call is [`policy`]; how often, [`rate`]; with which of its
+//!   token's scopes, [`scopes`].
 
 pub mod jwks;
 pub mod jwt;
 pub mod keys;
 pub mod policy;
 pub mod rate;
+pub mod scopes;
 
 use http::HeaderMap;
 
@@ -24,6 +26,8 @@ pub struct Principal {
     pub subject: String,
     pub tenant: Option<String>,
     pub groups: Vec<String>,
+    /// The token's scopes (`scope`, space-separated, or `scp`); none for an API key.
+    pub scopes: Vec<String>,
 }
 
 impl Principal {
@@ -101,6 +105,8 @@ pub struct Access {
     /// Set: the catalogue's answers for this SDK, whatever was learned.
     pub absent_as: Option<crate::mcp::absent::AbsentAs>,
     pub rate: Option<rate::RateLimit>,
+    /// The scopes calls need (step-up).
+    pub scopes: Option<scopes::Scopes>,
 }
 
 /// `[identity]`, checked.
@@ -161,6 +167,34 @@ impl Identity {
         host: Option<&str>,
         route_path: &str,
     ) -> String {
+        let error = (refusal != Refusal::Missing).then(|| ("invalid_token", refusal.description()));
+        self.bearer_challenge(error, &self.scopes, scheme, host, route_path)
+    }
+
+    /// The `WWW-Authenticate` of a 403 for a call that needs more scopes: `scope` names
+    /// the ones to ask for (what the token has and what the call needs).
+    pub fn step_up(
+        &self,
+        scope: &[String],
+        scheme: &str,
+        host: Option<&str>,
+        route_path: &str,
+    ) -> String {
+        let error = Some((
+            "insufficient_scope",
+            "The call needs scopes the token does not have",
+        ));
+        self.bearer_challenge(error, scope, scheme, host, route_path)
+    }
+
+    fn bearer_challenge(
+        &self,
+        error: Option<(&str, &str)>,
+        scopes: &[String],
+        scheme: &str,
+        host: Option<&str>,
+        route_path: &str,
+    ) -> String {
         let mut value = String::from("Bearer");
         let metadata = self.resource_metadata.clone().or_else(|| {
             self.origin(scheme, host)
@@ -170,12 +204,12 @@ impl Identity {
         if let Some(url) = metadata {
             params.push(format!("resource_metadata=\"{url}\""));
         }
-        if refusal != Refusal::Missing {
-            params.push("error=\"invalid_token\"".to_string());
-            params.push(format!("error_description=\"{}\"", refusal.description()));
+        if let Some((error, description)) = error {
+            params.push(format!("error=\"{error}\""));
+            params.push(format!("error_description=\"{description}\""));
         }
-        if !self.scopes.is_empty() {
-            params.push(format!("scope=\"{}\"", self.scopes.join(" ")));
+        if !scopes.is_empty() {
+            params.push(format!("scope=\"{}\"", scopes.join(" ")));
         }
         if !params.is_empty() {
             value.push(' ');
@@ -186,7 +220,14 @@ impl Identity {
 
     /// The edge's Protected Resource Metadata document for a route, as requested with
     /// this scheme and `Host` (the `resource` is the URL the client uses).
-    pub fn metadata_document(&self, scheme: &str, host: Option<&str>, route_path: &str) -> String {
+    /// `route_scopes`: what the route's calls may need, listed beside `scopes`.
+    pub fn metadata_document(
+        &self,
+        scheme: &str,
+        host: Option<&str>,
+        route_path: &str,
+        route_scopes: &[String],
+    ) -> String {
         let resource = match self.origin(scheme, host) {
             Some(o) => format!("{o}{route_path}"),
             None => route_path.to_string(),
@@ -196,8 +237,14 @@ impl Identity {
             "authorization_servers": self.authorization_servers,
             "bearer_methods_supported": ["header"],
         });
-        if !self.scopes.is_empty() {
-            doc["scopes_supported"] = serde_json::json!(self.scopes);
+        let mut scopes = self.scopes.clone();
+        for scope in route_scopes {
+            if !scopes.contains(scope) {
+                scopes.push(scope.clone());
+            }
+        }
+        if !scopes.is_empty() {
+            doc["scopes_supported"] = serde_json::json!(scopes);
         }
         doc.to_string()
     }

@@ -102,7 +102,7 @@ impl Grant {
 
 /// `uri` is under `prefix`, and the rest cannot climb out of it on a server that
 /// normalises paths (no `.`/`..` segment, no encoded dot, slash or backslash).
-fn under(prefix: &str, uri: &str) -> bool {
+pub(super) fn under(prefix: &str, uri: &str) -> bool {
     // URL parsers drop tabs and line breaks (`.\t./` becomes `..`): no control character or
     // space anywhere.
     if uri.bytes().any(|b| b.is_ascii_control() || b == b' ') {
@@ -150,6 +150,7 @@ mod tests {
             subject: "s".into(),
             tenant: Some(tenant.into()),
             groups: vec![],
+            scopes: vec![],
         }
     }
 

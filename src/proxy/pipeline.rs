@@ -162,6 +162,7 @@ pipeline! {
         legacy::Legacy,
         rate::Rate,
         policy::Policy,
+        scopes::Scopes,
     ],
     admitted: [
         balance::Balance,

@@ -91,6 +91,22 @@ pub struct PolicyRuleSection {
     pub resources: Vec<String>,
 }
 
+/// `[[routes.scopes]]`: the scopes a call needs, for the entries it names.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeRuleSection {
+    /// Tool names; `*` and `?` are wildcards.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    /// Resource URI prefixes.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Every one of these must be among the token's scopes.
+    pub require: Vec<String>,
+}
+
 /// `[routes.rate_limit]`.
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(deny_unknown_fields)]

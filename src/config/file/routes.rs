@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::defaults;
-use super::{PolicyRuleSection, RateLimitSection, Versions};
+use super::{PolicyRuleSection, RateLimitSection, ScopeRuleSection, Versions};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +42,9 @@ pub struct RouteSection {
     /// Rules, first match decides (see docs/design.md).
     #[serde(default)]
     pub policy: Vec<PolicyRuleSection>,
+    /// The scopes a call needs (step-up: 403 `insufficient_scope`).
+    #[serde(default)]
+    pub scopes: Vec<ScopeRuleSection>,
     /// How a hidden entry is answered: as this SDK answers an absent one; unset, as the
     /// pool's servers themselves answer (learned by the `mcp` check), else as `typescript`.
     pub absent_as: Option<crate::mcp::absent::AbsentAs>,

@@ -220,6 +220,7 @@ mod tests {
             subject: sub.into(),
             tenant: None,
             groups: vec![],
+            scopes: vec![],
         }
     }
 

@@ -58,10 +58,12 @@ fn metadata(a: &Admission<'_>) -> Result<Option<String>, EdgeError> {
     }
     check_host(req, &endpoint.route)?;
     let scheme = if tls(a) { "https" } else { "http" };
+    let route_scopes = endpoint.route.access.scopes.as_ref().map(|s| s.all());
     Ok(Some(identity.metadata_document(
         scheme,
         request_host(req),
         route_path,
+        route_scopes.as_deref().unwrap_or_default(),
     )))
 }
 
@@ -119,6 +121,6 @@ impl Stage for Identify {
 }
 
 /// The client reached the edge over TLS (through another replica: that replica's listener).
-fn tls(a: &Admission<'_>) -> bool {
+pub(super) fn tls(a: &Admission<'_>) -> bool {
     a.ctx.request.hop.as_ref().map_or(a.edge.tls, |h| h.tls)
 }

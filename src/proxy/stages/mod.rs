@@ -19,6 +19,7 @@ pub mod policy;
 pub mod rate;
 pub mod route;
 pub mod rules;
+pub mod scopes;
 pub mod sse_bridge;
 pub mod stdio;
 pub mod tasks;

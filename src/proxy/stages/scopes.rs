@@ -1,0 +1,59 @@
+//! The scopes a call needs (`[[routes.scopes]]`, see [`crate::identity::scopes`]), once the
+//! policy let the caller see the entry it names (a hidden one stays absent, never "forbidden"):
+//! a `tools/call`, `prompts/get`, `resources/read` (…) naming an entry that needs scopes the
+//! caller's token lacks gets 403 with `WWW-Authenticate: Bearer error="insufficient_scope",
+//! scope="…"` naming what the token has and what the call needs, and the metadata
+//! document's URL; the client may come back with a token that has them (step-up). A batch
+//! (2025-03-26), which names several entries at once, is refused.
+
+use crate::error::{EdgeError, Rejection};
+use crate::proxy::ctx::Policed;
+use crate::proxy::stage::{Admission, Flow, Stage};
+
+pub struct Scopes;
+
+impl Stage for Scopes {
+    const NAME: &'static str = "scopes";
+
+    async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
+        let request = &a.ctx.request;
+        let Some(endpoint) = &request.endpoint else {
+            return Ok(Flow::Next);
+        };
+        let (Some(scopes), Some(identity)) = (
+            &endpoint.route.access.scopes,
+            a.ctx.snapshot.identity.as_deref(),
+        ) else {
+            return Ok(Flow::Next);
+        };
+        // A batch (2025-03-26) names several entries at once: refused, as the policy does.
+        if request.message.as_deref().is_some_and(|m| m.batch) {
+            let id = a.ctx.request_id().cloned();
+            return Err(Rejection::with_id(EdgeError::BatchRefused, id));
+        }
+        let hidden = request
+            .decided
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.verdict != Policed::Allowed);
+        let target = request.message.as_deref().and_then(|m| m.target.as_ref());
+        let Some(target) = target.filter(|_| !hidden) else {
+            return Ok(Flow::Next);
+        };
+        let principal = request.principal.as_deref();
+        let Some(ask) = scopes.lacking(principal, target.kind, &target.value) else {
+            return Ok(Flow::Next);
+        };
+        let scheme = if super::identity::tls(a) {
+            "https"
+        } else {
+            "http"
+        };
+        let host = super::route::request_host(a.session.req_header());
+        let error = EdgeError::InsufficientScope {
+            challenge: identity.step_up(&ask, scheme, host, &endpoint.route.name),
+            scope: ask.join(" "),
+        };
+        Err(Rejection::with_id(error, a.ctx.request_id().cloned()))
+    }
+}
