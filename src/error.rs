@@ -214,7 +214,8 @@ pub enum EdgeError {
     },
     /// The call needs scopes the caller's token lacks (`[[routes.scopes]]`): 403 with this
     /// `WWW-Authenticate` (`error="insufficient_scope"`, the scopes to ask for).
-    InsufficientScope { challenge: String, scope: String },
+    /// `missing`: the scopes the call needs and the token lacks (the message names them).
+    InsufficientScope { challenge: String, missing: String },
     /// The caller is over the route's rate limit: 429, with when to retry and the size of
     /// the bucket that refused (the draft SEP's `data.retryAfterMs`, `RateLimit-*` headers).
     RateLimited { retry_after_ms: u64, limit: u32 },

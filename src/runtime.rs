@@ -138,6 +138,9 @@ pub struct Runtime {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// `[rate_limits]`: the store rate limits share across the fleet.
     pub rate_store: Option<Arc<crate::identity::rate::shared::Store>>,
+    /// `[assertions]`: the keys identity assertions are signed with, published as a JWKS on
+    /// the admin listener.
+    pub assertions: Option<Arc<crate::identity::assertion::Signer>>,
 }
 
 /// What the access log writes (`access_log.enabled`, `access_log.argument_names`).

@@ -7,8 +7,11 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use common::auth::{claims, jwks, SigningKey};
 use common::mock::{Behavior, Mock};
+use common::peers::{authz_server, step_up_client, ts_server};
 use common::*;
 use jsonwebtoken::Algorithm;
 use serde_json::{json, Value};
@@ -51,7 +54,13 @@ impl Drop for TempFile {
 }
 
 fn temp_file(name: &str, text: &str) -> TempFile {
-    let path = std::env::temp_dir().join(format!("mcp-edge-step-up-{}-{name}", std::process::id()));
+    // Tests of this file run at once in one process: a file of each its own.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "mcp-edge-step-up-{}-{n}-{name}",
+        std::process::id()
+    ));
     std::fs::write(&path, text).unwrap();
     TempFile(path)
 }
@@ -189,9 +198,16 @@ async fn a_call_without_the_scopes_it_needs_is_refused_naming_them_and_never_for
     let deploy = s.token(json!({"scope": "read deploy"}));
     let a = s.call("tools/call", call("deploy"), Some(&deploy)).await;
     assert_eq!(a.status, 200, "{a:?}");
-    s.call("tools/call", call("deploy_prod"), Some(&deploy))
-        .await
-        .asks_for("read deploy prod");
+    let a = s
+        .call("tools/call", call("deploy_prod"), Some(&deploy))
+        .await;
+    a.asks_for("read deploy prod");
+    // The message names what the call lacks; the challenge what to ask for.
+    assert_eq!(
+        a.json["error"]["message"],
+        "Forbidden: the call needs the scopes 'prod' the token does not have",
+        "{a:?}"
+    );
     let both = s.token(json!({"scp": ["deploy", "prod"]}));
     let a = s.call("tools/call", call("deploy_prod"), Some(&both)).await;
     assert_eq!(a.status, 200, "{a:?}");
@@ -357,4 +373,91 @@ fn scopes_the_edge_cannot_check_are_refused_at_load() {
         assert!(!out.status.success(), "{config}\n{text}");
         assert!(text.contains(wanted), "wanted '{wanted}':\n{text}");
     }
+}
+
+/// The whole flow with real parts: `oidc-provider` issues client-credentials JWTs for the
+/// edge's resource; the official TypeScript client starts with the scope the 401 names
+/// (`read`), is refused `whoami` (needs `deploy`) and `digest` (needs `deploy` and `prod`),
+/// asks for a wider token each time by itself, and the server runs each call once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_client_steps_up_at_a_real_authorization_server() {
+    let server = ts_server("modern", "ts");
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let jwks_file = temp_file("authz-jwks.json", "");
+    let jwks_path = jwks_file.0.display().to_string();
+    let authz = authz_server(&[
+        "--resource",
+        &resource,
+        "--scopes",
+        "read deploy prod",
+        "--client-id",
+        "ci",
+        "--client-secret",
+        "s3cret-of-ci",
+        "--jwks-out",
+        &jwks_path,
+    ]);
+    let issuer = format!("http://127.0.0.1:{}", authz.addr.port());
+    let body = format!(
+        "[identity]\nauthorization_servers = [\"{issuer}\"]\nscopes = [\"read\"]\n\
+         [identity.jwt]\nissuer = \"{issuer}\"\naudience = [\"{resource}\"]\njwks_file = \"{jwks_path}\"\n\n{}",
+        pool_and_route(
+            &[server.addr],
+            "auth = \"required\"\nversions = [\"2026-07-28\"]\n\
+             [[routes.scopes]]\ntools = [\"whoami\", \"digest\"]\nrequire = [\"deploy\"]\n\
+             [[routes.scopes]]\ntools = [\"digest\"]\nrequire = [\"prod\"]\n"
+        )
+    );
+    let edge = start_edge_on(port, &body);
+    let out = tokio::task::spawn_blocking(move || {
+        step_up_client(
+            &resource,
+            &[
+                "--client-id",
+                "ci",
+                "--client-secret",
+                "s3cret-of-ci",
+                "--call",
+                "echo,whoami,digest",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["ok"], true, "{out}");
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["ok"], true, "{out}");
+    }
+    assert_eq!(
+        out["tokens"],
+        json!(["read", "read deploy", "read deploy prod"]),
+        "the client started with the 401's scope and widened it twice: {out}"
+    );
+    let refusals: Vec<&Value> = out["mcp"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == 403)
+        .collect();
+    assert_eq!(refusals.len(), 2, "{out}");
+    let granted: Vec<Value> = authz
+        .stdout_lines("{\"token\"")
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["token"]["scope"].clone())
+        .collect();
+    assert_eq!(
+        granted,
+        vec![
+            json!("read"),
+            json!("read deploy"),
+            json!("read deploy prod")
+        ]
+    );
+    // The refused calls never reached the server: each tool ran once.
+    for tool in ["echo", "whoami", "digest"] {
+        assert_eq!(server.stderr_lines(&format!("TOOL {tool}")), 1, "{tool}");
+    }
+    let refused = metric(&edge, "mcp_edge_errors_total{kind=\"insufficient_scope\"}").await;
+    assert!(refused >= 2.0, "{refused}");
 }

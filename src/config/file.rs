@@ -7,11 +7,13 @@ use std::num::{NonZeroU64, NonZeroUsize};
 
 use serde::Deserialize;
 
+mod credentials;
 mod fleet;
 mod identity;
 mod pools;
 mod routes;
 
+pub use credentials::{AssertionsSection, CredentialKind, CredentialSection};
 pub use fleet::{FleetSection, RateLimitsSection};
 pub use identity::{
     IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection, ScopeRuleSection,
@@ -185,6 +187,8 @@ pub struct File {
     pub fleet: Option<FleetSection>,
     /// Where rate limits are kept for the whole fleet.
     pub rate_limits: Option<RateLimitsSection>,
+    /// The keys identity assertions are signed with (`[pools.credential] kind = "identity"`).
+    pub assertions: Option<AssertionsSection>,
 }
 
 #[derive(Debug, Deserialize)]

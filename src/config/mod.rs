@@ -6,6 +6,7 @@
 //! span sections (a route's pool exists, paths are unique, legacy routes have a key ring).
 //! Every message names the offending key (`routes[0].pool: …`).
 
+mod credentials;
 pub mod file;
 mod fleet;
 mod identity;
@@ -104,7 +105,9 @@ impl File {
             errs.push("listeners: at least one [[listeners]] entry is required".to_string());
         }
         let listeners = listeners(&self.listeners, &mut errs);
-        let pools = pools(&self.pools, &self.routes, &mut errs);
+        let signer = credentials::signer(self.assertions.as_ref(), &mut errs);
+        let pools = pools(&self.pools, &self.routes, signer.as_ref(), &mut errs);
+        credentials::forwarded(&self.pools, &self.routes, &mut errs);
         let identity = identity::identity(self.identity.as_ref(), &mut errs);
         let mut warnings = Vec::new();
         let (mut endpoints, any_legacy) = routes(
@@ -153,6 +156,7 @@ impl File {
                 identity,
                 fleet,
                 rate_store,
+                assertions: signer,
             },
         })
     }

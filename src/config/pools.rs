@@ -17,6 +17,7 @@ use crate::routing::{balance, CheckKind, HealthPolicy, Pool, Source};
 pub(super) fn pools(
     sections: &[PoolSection],
     routes: &[RouteSection],
+    signer: Option<&Arc<crate::identity::assertion::Signer>>,
     errs: &mut Errors,
 ) -> HashMap<String, Arc<Pool>> {
     let mut pools = HashMap::new();
@@ -48,6 +49,7 @@ pub(super) fn pools(
         pool.host = p.host.clone();
         pool.balance = balance(p, i, errs);
         pool.set_weights(weights(p));
+        pool.credential = super::credentials::credential(p, i, signer, errs);
         pools.insert(p.name.clone(), Arc::new(pool));
     }
     pools

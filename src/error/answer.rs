@@ -64,8 +64,8 @@ impl EdgeError {
                 "This port speaks TLS: send the request over https://".to_string()
             }
             EdgeError::Unauthorized { reason, .. } => format!("Unauthorized: {reason}"),
-            EdgeError::InsufficientScope { scope, .. } => {
-                format!("Forbidden: the call needs the scopes '{scope}'")
+            EdgeError::InsufficientScope { missing, .. } => {
+                format!("Forbidden: the call needs the scopes '{missing}' the token does not have")
             }
             EdgeError::RateLimited { retry_after_ms, .. } => {
                 format!("Rate limit exceeded: retry in {retry_after_ms} ms")

@@ -10,6 +10,7 @@
 //! - What a principal may see and call is [`policy`]; how often, [`rate`]; with which of its
 //!   token's scopes, [`scopes`].
 
+pub mod assertion;
 pub mod jwks;
 pub mod jwt;
 pub mod keys;
@@ -26,7 +27,7 @@ pub struct Principal {
     pub subject: String,
     pub tenant: Option<String>,
     pub groups: Vec<String>,
-    /// The token's scopes (`scope`, space-separated, or `scp`); none for an API key.
+    /// The token's scopes (`scope`, space-separated, or `scp`); an API key's from its entry.
     pub scopes: Vec<String>,
 }
 

@@ -186,6 +186,11 @@ fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
             "JWKS URL fetches by result (success, failure)",
             &["result"],
         )?,
+        upstream_credentials: r.counter(
+            "mcp_edge_upstream_credentials_total",
+            "Credentials sent to members by pool and kind (identity: an assertion minted; static: the pool's credential attached)",
+            &["pool", "kind"],
+        )?,
         cors_preflights: r.counter(
             "mcp_edge_cors_preflights_total",
             "CORS preflight requests answered by the edge, by route",

@@ -91,6 +91,9 @@ pub struct AccessMetrics {
     pub rate_redis_failures: IntCounterVec,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
+    /// Credentials the edge sent members (identity assertions minted, static ones
+    /// attached), by pool and kind.
+    pub upstream_credentials: IntCounterVec,
 }
 
 /// `mcp.server.operation.duration` of the OpenTelemetry MCP conventions, and the span export.

@@ -1,10 +1,14 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz` (the process serves) and
-//! `/readyz` (a configuration is loaded and every pool has a healthy member).
+//! `/readyz` (a configuration is loaded and every pool has a healthy member); with
+//! `[assertions]`, `/.well-known/jwks.json` (the keys identity assertions are signed with).
 
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
+
+/// Where members find the keys of the edge's identity assertions.
+pub const JWKS_PATH: &str = "/.well-known/jwks.json";
 
 pub struct Admin {
     pub runtime: std::sync::Arc<arc_swap::ArcSwap<crate::runtime::Runtime>>,
@@ -21,6 +25,10 @@ impl ServeHttp for Admin {
                 (200, "text/plain; version=0.0.4", crate::metrics::render())
             }
             "/healthz" => (200, "text/plain", b"ok\n".to_vec()),
+            JWKS_PATH => match &self.runtime.load().assertions {
+                Some(signer) => (200, "application/json", signer.jwks().as_bytes().to_vec()),
+                None => (404, "text/plain", b"not found: no [assertions]\n".to_vec()),
+            },
             "/readyz" if self.runtime.load().ready() => (200, "text/plain", b"ready\n".to_vec()),
             "/readyz" => (
                 503,

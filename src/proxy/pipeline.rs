@@ -177,6 +177,7 @@ pipeline! {
     upstream_request: [
         method::Method,
         identity::Identify,
+        credential::Credentials,
         route::Route,
         sse_bridge::SseBridge,
         legacy::Legacy,

@@ -215,6 +215,8 @@ pub struct Pool {
     pub spoken: Arc<ArcSwap<Spoken>>,
     /// A stdio pool's processes, once started (see [`crate::runtime::Runtime::start`]).
     pub stdio: std::sync::OnceLock<Arc<crate::stdio::Group>>,
+    /// What the members are told of the caller (`[pools.credential]`).
+    pub credential: crate::identity::assertion::Credential,
 }
 
 impl Pool {
@@ -238,6 +240,7 @@ impl Pool {
             host: None,
             spoken: Default::default(),
             stdio: Default::default(),
+            credential: Default::default(),
         }
     }
 

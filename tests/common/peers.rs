@@ -41,6 +41,7 @@ pub struct Peer {
     pub addr: SocketAddr,
     pub instance: String,
     stderr: Arc<Mutex<Vec<String>>>,
+    stdout: Arc<Mutex<Vec<String>>>,
 }
 
 impl Peer {
@@ -59,11 +60,18 @@ impl Peer {
             }
         });
         let (tx, rx) = mpsc::channel();
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let out_sink = out.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(p) = line.strip_prefix("LISTENING ") {
+                // SDK servers say LISTENING, the authorization server READY.
+                let port = line
+                    .strip_prefix("LISTENING ")
+                    .or_else(|| line.strip_prefix("READY "));
+                if let Some(p) = port {
                     let _ = tx.send(p.trim().parse::<u16>().ok());
                 }
+                out_sink.lock().unwrap().push(line);
             }
         });
         let port = match rx.recv_timeout(Duration::from_secs(60)) {
@@ -81,7 +89,19 @@ impl Peer {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             instance: instance.into(),
             stderr,
+            stdout: out,
         }
+    }
+
+    /// stdout lines that start with `prefix`.
+    pub fn stdout_lines(&self, prefix: &str) -> Vec<String> {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     /// HTTP requests this server has received so far.
@@ -206,6 +226,22 @@ fn run(mut cmd: Command) -> Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
+}
+
+/// `authz-server.mjs <args…>`: an `oidc-provider` authorization server issuing
+/// client-credentials JWTs (its stdout has a `{"token":…}` line per token it issued).
+pub fn authz_server(args: &[&str]) -> Peer {
+    let mut c = node();
+    c.arg("authz-server.mjs").args(args);
+    Peer::spawn(c, "authz")
+}
+
+/// `step-up-client.mjs --url <url> <args…>`: the official client with a client-credentials
+/// provider, stepping up on 403 `insufficient_scope`.
+pub fn step_up_client(url: &str, args: &[&str]) -> Value {
+    let mut c = node();
+    c.args(["step-up-client.mjs", "--url", url]).args(args);
+    run(c)
 }
 
 /// `ts-client.mjs --url <url> <args…>`.

@@ -3,12 +3,17 @@
 //   --mode modern|dual|v2-session|legacy-session|legacy-sse  --instance NAME  --port N (0 = ephemeral)
 //   [--max-body BYTES]  (v2 modes only; SDK default 4 MiB)
 //   [--tls-cert FILE --tls-key FILE]  serve HTTPS (HTTP/1.1) instead of HTTP
+//   [--identity-jwks URL --identity-audience AUD --identity-issuer ISS]  verify the edge's
+//       identity assertion (X-MCP-Edge-Identity) of every POST /mcp against that JWKS (jose)
+//   GET /__seen: every POST /mcp's headers (and, with --identity-jwks, its assertion checked)
+//   POST /__verify (body: a token): that token checked against the JWKS as it is now
 import { createHash, randomUUID } from 'node:crypto';
 import { appendFileSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { parseArgs } from 'node:util';
 import * as z from 'zod';
+import { createRemoteJWKSet, jwtVerify } from 'jose';
 import * as v2 from '@modelcontextprotocol/server';
 import { McpServer as V1McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
@@ -25,6 +30,9 @@ const { values: args } = parseArgs({
         'max-body': { type: 'string' },
         'tls-cert': { type: 'string' },
         'tls-key': { type: 'string' },
+        'identity-jwks': { type: 'string' },
+        'identity-audience': { type: 'string' },
+        'identity-issuer': { type: 'string', default: 'mcp-edge' },
         // stdio: stay up after stdin ends (a server holding timers); SIGTERM still ends it.
         linger: { type: 'boolean', default: false },
         // stdio: append this process's id to FILE when SIGTERM arrives (tests see who got it).
@@ -334,9 +342,44 @@ function loadControl(req, res) {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
     res.end(body);
 }
-const handle = (req, res) => {
+// What each POST /mcp came with: its headers, and the identity assertion as jose verifies it
+// against the edge's JWKS ({ claims, kid } or { error }); GET /__seen lists them.
+const seen = [];
+// Fetched afresh for every check: a test sees the key set the edge publishes now.
+const jwks = args['identity-jwks']
+    ? createRemoteJWKSet(new URL(args['identity-jwks']), { cooldownDuration: 0, cacheMaxAge: 0 })
+    : null;
+async function verifyIdentity(token) {
+    if (!jwks || token === undefined) return null;
+    try {
+        const { payload, protectedHeader } = await jwtVerify(token, jwks, {
+            issuer: args['identity-issuer'], audience: args['identity-audience'], algorithms: ['EdDSA']
+        });
+        return { claims: payload, kid: protectedHeader.kid };
+    } catch (e) {
+        return { error: `${e.code ?? ''} ${e.message}` };
+    }
+}
+function seenControl(res) {
+    const body = JSON.stringify(seen);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+}
+const handle = async (req, res) => {
     if (req.url.startsWith('/__load')) return loadControl(req, res);
+    if (req.url.startsWith('/__seen')) return seenControl(res);
+    if (req.url.startsWith('/__verify')) {
+        const body = JSON.stringify(await verifyIdentity((await readBody(req)).toString('utf8')));
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        return res.end(body);
+    }
     process.stderr.write(`REQ ${req.method} ${req.url}\n`);
+    if (req.method === 'POST' && req.url.split('?')[0] === '/mcp') {
+        const entry = { headers: req.headers, identity: null };
+        seen.push(entry);
+        // Before the request goes on: the member decides who calls before it serves.
+        entry.identity = await verifyIdentity(req.headers['x-mcp-edge-identity']);
+    }
     if (req.method === 'POST' && req.url.split('?')[0] === '/mcp') {
         load.calls++;
         load.inFlight++;

@@ -86,6 +86,9 @@ pub struct PoolSection {
     /// A member that joins or comes back ramps its share up over this long; 0: at once.
     #[serde(default)]
     pub slow_start_ms: u64,
+    /// What the members are told of the caller: nothing, a signed assertion, a static
+    /// credential.
+    pub credential: Option<super::CredentialSection>,
 }
 
 /// A static member: its address, or its address and weight.

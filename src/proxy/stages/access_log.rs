@@ -135,6 +135,9 @@ struct Line<'a> {
     rate_limit: Option<&'static str>,
     policy: Option<&'static str>,
     policy_rule: Option<&'a str>,
+    /// What the member was sent of the caller (`[pools.credential]`): `none`, `identity` or
+    /// `static`; never the value. `null` when no member was tried.
+    credential: Option<&'static str>,
     /// `null` unless `access_log.argument_names` (every field is on every line).
     arguments: Option<&'a [String]>,
 }
@@ -196,6 +199,7 @@ fn log_line(session: &Session, ctx: &Ctx) {
         rate_limit: decided.rate.map(<&str>::from),
         policy: decided.policy.as_ref().map(|p| p.verdict.into()),
         policy_rule: decided.policy.as_ref().map(|p| p.rule.as_str()),
+        credential: ctx.upstream.member().map(|_| super::credential::kind(ctx)),
         arguments: ctx.stages.access_log.arguments.as_deref(),
     };
     let mut json = Vec::with_capacity(480);

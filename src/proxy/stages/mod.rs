@@ -7,6 +7,7 @@ pub mod access_log;
 pub mod balance;
 pub mod bridge;
 pub mod cors;
+pub mod credential;
 pub mod forwarding;
 pub mod handoff;
 pub mod identity;
@@ -30,6 +31,7 @@ pub mod trace;
 #[derive(Default)]
 pub struct State {
     pub cors: cors::State,
+    pub credential: credential::State,
     pub limits: limits::State,
     pub method: method::State,
     pub metrics: metrics::State,

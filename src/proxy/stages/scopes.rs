@@ -50,9 +50,15 @@ impl Stage for Scopes {
             "http"
         };
         let host = super::route::request_host(a.session.req_header());
+        let have = |s: &&String| principal.is_some_and(|p| p.scopes.contains(s));
+        let missing: Vec<&str> = ask
+            .iter()
+            .filter(|s| !have(s))
+            .map(String::as_str)
+            .collect();
         let error = EdgeError::InsufficientScope {
             challenge: identity.step_up(&ask, scheme, host, &endpoint.route.name),
-            scope: ask.join(" "),
+            missing: missing.join(" "),
         };
         Err(Rejection::with_id(error, a.ctx.request_id().cloned()))
     }

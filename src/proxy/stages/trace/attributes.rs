@@ -201,6 +201,12 @@ pub fn decisions(ctx: &Ctx, status: Option<u16>) -> Vec<Attribute> {
         };
         kv.push(attr("mcp.edge.pinned", held));
     }
+    if ctx.upstream.member().is_some() {
+        kv.push(attr(
+            "mcp.edge.credential",
+            crate::proxy::stages::credential::kind(ctx),
+        ));
+    }
     if let Some(rate) = request.decided.rate {
         kv.push(attr("mcp.edge.rate_limit", <&str>::from(rate)));
     }

@@ -1,0 +1,223 @@
+//! `[assertions]` and each pool's `[pools.credential]`: what its members are told of the
+//! caller (see [`crate::identity::assertion`]).
+
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue};
+
+use super::file::{
+    AssertionsSection, CredentialKind, CredentialSection, PoolSection, RouteSection,
+};
+use super::Errors;
+use crate::identity::assertion::{
+    Assertion, Credential, Signer, Static, DEFAULT_HEADER, DEFAULT_ISSUER, MAX_TTL_SECONDS,
+};
+
+/// Headers a credential may not go in: the edge writes them, or they frame the request.
+const RESERVED: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "upgrade",
+    "accept",
+    "traceparent",
+    "tracestate",
+    "forwarded",
+    "x-mcp-edge-hop",
+];
+
+/// `[assertions]`: the ring assertions are signed with.
+pub(super) fn signer(
+    section: Option<&AssertionsSection>,
+    errs: &mut Errors,
+) -> Option<Arc<Signer>> {
+    let s = section?;
+    let (key, text) = match (&s.keys_file, &s.keys_env) {
+        (Some(_), Some(_)) | (None, None) => {
+            errs.push("assertions.keys_file: set keys_file or keys_env (one of them)".into());
+            return None;
+        }
+        (Some(path), None) => (
+            "assertions.keys_file",
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
+        ),
+        (None, Some(var)) => (
+            "assertions.keys_env",
+            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
+        ),
+    };
+    let issuer = s.issuer.clone().unwrap_or_else(|| DEFAULT_ISSUER.into());
+    if issuer.is_empty() {
+        errs.push("assertions.issuer: must not be empty".into());
+        return None;
+    }
+    text.and_then(|t| Signer::parse(&t, issuer))
+        .map(Arc::new)
+        .map_err(|e| errs.push(format!("{key}: {e}")))
+        .ok()
+}
+
+/// A pool's `[pools.credential]`, checked.
+pub(super) fn credential(
+    p: &PoolSection,
+    i: usize,
+    signer: Option<&Arc<Signer>>,
+    errs: &mut Errors,
+) -> Credential {
+    let Some(c) = &p.credential else {
+        return Credential::None;
+    };
+    let at = format!("pools[{i}].credential");
+    if c.kind != CredentialKind::None && p.command.is_some() {
+        errs.push(format!(
+            "{at}.kind: a stdio pool's server is the edge's own (it is told who calls already)"
+        ));
+        return Credential::None;
+    }
+    let result = match c.kind {
+        CredentialKind::None => unused(c, &["header", "audience", "ttl_seconds"], &at)
+            .and_then(|()| static_only(c, &at))
+            .map(|()| Credential::None),
+        CredentialKind::Identity => identity(c, p, &at, signer),
+        CredentialKind::Static => static_credential(c, &p.name, &at),
+    };
+    result.unwrap_or_else(|e| {
+        errs.push(e);
+        Credential::None
+    })
+}
+
+fn identity(
+    c: &CredentialSection,
+    p: &PoolSection,
+    at: &str,
+    signer: Option<&Arc<Signer>>,
+) -> Result<Credential, String> {
+    static_only(c, at)?;
+    let signer = signer.ok_or_else(|| {
+        format!("{at}.kind: \"identity\" needs [assertions] (the keys the edge signs with)")
+    })?;
+    let ttl_seconds = c.ttl_seconds.unwrap_or(MAX_TTL_SECONDS);
+    if ttl_seconds == 0 || ttl_seconds > MAX_TTL_SECONDS {
+        return Err(format!(
+            "{at}.ttl_seconds: {ttl_seconds} is not 1 to {MAX_TTL_SECONDS}"
+        ));
+    }
+    let audience = c.audience.clone().unwrap_or_else(|| p.name.clone());
+    if audience.is_empty() {
+        return Err(format!("{at}.audience: must not be empty"));
+    }
+    Ok(Credential::Identity(Assertion {
+        header: header(c.header.as_deref().unwrap_or(DEFAULT_HEADER), at)?,
+        audience,
+        ttl_seconds,
+        signer: signer.clone(),
+    }))
+}
+
+fn static_credential(c: &CredentialSection, pool: &str, at: &str) -> Result<Credential, String> {
+    unused(c, &["audience", "ttl_seconds"], at)?;
+    let (key, text) = match (&c.value_file, &c.value_env) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(format!(
+                "{at}.value_file: pool '{pool}' needs value_file or value_env (one of them)"
+            ))
+        }
+        (Some(path), None) => (
+            "value_file",
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
+        ),
+        (None, Some(var)) => (
+            "value_env",
+            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
+        ),
+    };
+    let fail = |e: &str| format!("{at}.{key}: pool '{pool}': {e}");
+    // A mounted Secret usually ends with a newline.
+    let secret = text.map_err(|e| fail(&e))?.trim().to_string();
+    if secret.is_empty() {
+        return Err(fail("the value is empty"));
+    }
+    let header = header(c.header.as_deref().unwrap_or("authorization"), at)?;
+    let scheme = match c.scheme.as_deref() {
+        Some(s) => s.trim(),
+        None if header == http::header::AUTHORIZATION => "Bearer",
+        None => "",
+    };
+    let whole = if scheme.is_empty() {
+        secret
+    } else {
+        format!("{scheme} {secret}")
+    };
+    let visible = whole.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+    let value = HeaderValue::from_str(&whole)
+        .ok()
+        .filter(|_| visible)
+        .ok_or_else(|| fail("the value is not a header value (printable ASCII, one line)"))?;
+    Ok(Credential::Static(Static { header, value }))
+}
+
+fn header(name: &str, at: &str) -> Result<HeaderName, String> {
+    let header = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{at}.header: '{name}' is not a header name"))?;
+    let reserved = RESERVED.contains(&header.as_str())
+        || ["mcp-", "x-forwarded-", "proxy-"]
+            .iter()
+            .any(|p| header.as_str().starts_with(p));
+    if reserved {
+        return Err(format!(
+            "{at}.header: '{name}' is a header the edge or HTTP itself writes"
+        ));
+    }
+    Ok(header)
+}
+
+fn static_only(c: &CredentialSection, at: &str) -> Result<(), String> {
+    unused(c, &["value_file", "value_env", "scheme"], at)
+}
+
+/// Keys set that this kind does not read.
+fn unused(c: &CredentialSection, keys: &[&str], at: &str) -> Result<(), String> {
+    let set = |key: &str| match key {
+        "header" => c.header.is_some(),
+        "audience" => c.audience.is_some(),
+        "ttl_seconds" => c.ttl_seconds.is_some(),
+        "value_file" => c.value_file.is_some(),
+        "value_env" => c.value_env.is_some(),
+        "scheme" => c.scheme.is_some(),
+        _ => false,
+    };
+    match keys.iter().find(|k| set(k)) {
+        Some(key) => Err(format!(
+            "{at}.{key}: does not apply to kind = \"{}\"",
+            match c.kind {
+                CredentialKind::None => "none",
+                CredentialKind::Identity => "identity",
+                CredentialKind::Static => "static",
+            }
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A route that forwards the caller's token to a pool that sends its own credential would
+/// mix the two: refused (unset, the caller's `Authorization` never reaches such a pool).
+pub(super) fn forwarded(pools: &[PoolSection], routes: &[RouteSection], errs: &mut Errors) {
+    for (i, r) in routes.iter().enumerate() {
+        let kind = pools
+            .iter()
+            .find(|p| p.name == r.pool)
+            .and_then(|p| p.credential.as_ref())
+            .map_or(CredentialKind::None, |c| c.kind);
+        if r.forward_credential == Some(true) && kind != CredentialKind::None {
+            errs.push(format!(
+                "routes[{i}].forward_credential: pool '{}' sends a credential of its own ([pools.credential]); the caller's token is never sent with it",
+                r.pool
+            ));
+        }
+    }
+}
