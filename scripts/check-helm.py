@@ -357,15 +357,18 @@ DOC_TABLES = {
     "pools": ("config.pools[]", set()),
     "pools.health": ("config.pools[].health", set()),
     "pools.tls": ("config.pools[].tls", set()),
+    "pools.credential": ("config.pools[].credential", set()),
     "routes": ("config.routes[]", set()),
     "routes.policy": ("config.routes[].policy[]", set()),
     "routes.rate_limit": ("config.routes[].rate_limit", set()),
+    "routes.scopes": ("config.routes[].scopes[]", set()),
     "rate_limits": ("redis.settings", {"redis", "redis_password_file"}),
     "fleet": ("config.fleet", {"dns", "peers", "handoff_listen", "advertise"}),
     "passthrough": ("config.passthrough[]", set()),
     "sessions": ("config.sessions", {"keys_file", "keys_env"}),
     "identity": ("config.identity", set()),
     "identity.jwt": ("config.identity.jwt", set()),
+    "assertions": ("config.assertions", set()),
 }
 
 
