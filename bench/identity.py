@@ -6,7 +6,12 @@ request, against the same requests without them, on one mcp-edge in the same run
   - `/mcp`: no `auth`;
   - `/auth/mcp`: `auth = "required"`, a JWT checked against a JWKS file (an RSA-2048 key made
     with `openssl` here, RS256, the most common issuer key), no policy;
-  - `/policy/mcp`: the same, plus a policy whose rule shows half of the 20 tools.
+  - `/policy/mcp`: the same, plus a policy whose rule shows half of the 20 tools;
+  - `/exchange/mcp`: as `/auth/mcp`, to a pool whose `[pools.credential]` exchanges the
+    caller's token (RFC 8693) at a token endpoint this script serves (the token lasts a day:
+    after the first request every one takes the cached exchange).
+- Token exchange, cached: the tools/call with its token through `/auth/mcp` against
+  `/exchange/mcp` (the difference is the cache lookup and the header swap).
 - Token validation: the 1 KiB tools/call through `/mcp` without a token against `/auth/mcp`
   with one (the same request otherwise).
 - List filtering: a `tools/list` whose answer (20 tools, about 4 KiB) comes as JSON, and as an
@@ -16,8 +21,10 @@ request, against the same requests without them, on one mcp-edge in the same run
 
 Called from bench.py with bench's own module (`h`) for its helpers."""
 
+import http.server
 import json
 import os
+import threading
 import statistics
 import subprocess
 import sys
@@ -26,6 +33,31 @@ import urllib.request
 ISSUER = "https://issuer.bench"
 AUDIENCE = "https://edge.bench/mcp"
 CONNS = 64
+
+
+class TokenEndpoint(http.server.BaseHTTPRequestHandler):
+    """RFC 8693 answers: one token for everyone, valid a day; counts the exchanges."""
+    exchanges = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        TokenEndpoint.exchanges += 1
+        body = json.dumps({"access_token": "bench-exchanged", "token_type": "Bearer", "expires_in": 86400,
+                           "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_):
+        pass
+
+
+def token_endpoint():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TokenEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 def start_edge(h, d, upstream):
@@ -48,10 +80,15 @@ def start_edge(h, d, upstream):
 [metrics]\naddress = "127.0.0.1:{admin}"\n\n[sessions]\nkeys_file = "{keys}"\n
 [identity]\n[identity.jwt]\nissuer = "{ISSUER}"\naudience = ["{AUDIENCE}"]\njwks_file = "{jwks}"\ntenant_claim = "tenant"\n
 [[pools]]\nname = "bench"\nmembers = ["127.0.0.1:{upstream}"]\n
+[[pools]]\nname = "bench-exchange"\nmembers = ["127.0.0.1:{upstream}"]\n[pools.credential]\nkind = "exchange"
+token_endpoint = "http://127.0.0.1:{token_endpoint()}/token"\nclient_id = "bench"\nclient_secret_env = "BENCH_EXCHANGE_SECRET"
+audience = "bench-tools"\n
 [[routes]]\npath = "/mcp"\npool = "bench"\n
+[[routes]]\npath = "/mcp"\nprefix = "/exchange"\npool = "bench-exchange"\nauth = "required"\n
 """ + route("/auth", 'auth = "required"') + route("/policy", 'auth = "required"\n[[routes.policy]]\nname = "team-a"\n'
                                                   'tenants = ["a"]\ntools = ["team_a_*"]'))
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    env["BENCH_EXCHANGE_SECRET"] = "bench-secret"
     proc = h.start([os.path.join(h.REL, "mcp-edge"), "--config", conf], env=env)
     h.wait_port(port)
     return port, proc, made["token"]
@@ -96,6 +133,7 @@ def run(h, work, upstream):
     }
     pairs = {
         "token validation (tools/call)": (("/mcp", "call"), ("/auth/mcp", "call+token")),
+        "token exchange, cached (tools/call)": (("/auth/mcp", "call+token"), ("/exchange/mcp", "call+token")),
         "list filtering, JSON (tools/list)": (("/auth/mcp", "list json"), ("/policy/mcp", "list json")),
         "list filtering, SSE (tools/list)": (("/auth/mcp", "list sse"), ("/policy/mcp", "list sse")),
     }
@@ -105,6 +143,8 @@ def run(h, work, upstream):
         for k, sides in pairs.items():
             for i, (path, script) in enumerate(sides):
                 runs[k][i].append(h.wrk(base + path, scripts[script], CONNS, pid))
+    if TokenEndpoint.exchanges != 1:
+        sys.exit(f"identity bench: {TokenEndpoint.exchanges} token exchanges, expected 1 (the cache)")
     return {k: [{m: statistics.median(r[m] for r in side) for m in ("rps", "p50", "p99", "cpu_us")}
                 for side in sides] for k, sides in runs.items()}
 

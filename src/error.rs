@@ -109,6 +109,8 @@ pub enum ErrorKind {
     HopRefused,
     ReplicaUnknown,
     PoolBusy,
+    ExchangeFailed,
+    ExchangeTimeout,
 }
 
 impl ErrorKind {
@@ -241,6 +243,11 @@ pub enum EdgeError {
     /// `max_streams_per_member`), and the pool's queue was full or the wait ran out
     /// (`waited_ms`: 0 when it could not queue): nothing was sent.
     PoolBusy { pool: String, waited_ms: u64 },
+    /// The pool's token exchange failed (the authorization server down, answering 5xx or
+    /// garbage, refusing the edge, or issuing a token for another audience): nothing was sent.
+    ExchangeFailed { pool: String },
+    /// The pool's token exchange did not end within its `timeout_ms`: nothing was sent.
+    ExchangeTimeout { pool: String },
 }
 
 impl EdgeError {
@@ -289,6 +296,8 @@ impl EdgeError {
             EdgeError::HopRefused { .. } => ErrorKind::HopRefused,
             EdgeError::ReplicaUnknown => ErrorKind::ReplicaUnknown,
             EdgeError::PoolBusy { .. } => ErrorKind::PoolBusy,
+            EdgeError::ExchangeFailed { .. } => ErrorKind::ExchangeFailed,
+            EdgeError::ExchangeTimeout { .. } => ErrorKind::ExchangeTimeout,
         }
     }
 
@@ -319,9 +328,10 @@ impl EdgeError {
             | EdgeError::StdioBusy
             | EdgeError::ReplicaUnknown
             | EdgeError::PoolBusy { .. }
+            | EdgeError::ExchangeFailed { .. }
             | EdgeError::StdioUnavailable { .. } => 503,
             EdgeError::StdioExited => 502,
-            EdgeError::StdioUnresponsive => 504,
+            EdgeError::StdioUnresponsive | EdgeError::ExchangeTimeout { .. } => 504,
             EdgeError::HostRejected { .. } | EdgeError::HopRefused { .. } => 403,
             EdgeError::BodyTimeout => 408,
             EdgeError::Internal { .. } => 500,
@@ -357,6 +367,8 @@ impl EdgeError {
             | EdgeError::ReplicaUnknown
             | EdgeError::StdioUnavailable { .. }
             | EdgeError::StdioExited
+            | EdgeError::ExchangeFailed { .. }
+            | EdgeError::ExchangeTimeout { .. }
             | EdgeError::StdioUnresponsive => code::INTERNAL,
             EdgeError::RateLimited { .. } => code::RATE_LIMITED,
             EdgeError::OriginRejected { .. }

@@ -79,11 +79,10 @@ pub(super) fn credential(
         return Credential::None;
     }
     let result = match c.kind {
-        CredentialKind::None => unused(c, &["header", "audience", "ttl_seconds"], &at)
-            .and_then(|()| static_only(c, &at))
-            .map(|()| Credential::None),
+        CredentialKind::None => only(c, &[], &at).map(|()| Credential::None),
         CredentialKind::Identity => identity(c, p, &at, signer),
         CredentialKind::Static => static_credential(c, &p.name, &at),
+        CredentialKind::Exchange => super::exchange::exchange(c, &p.name, &at, signer),
     };
     result.unwrap_or_else(|e| {
         errs.push(e);
@@ -97,7 +96,7 @@ fn identity(
     at: &str,
     signer: Option<&Arc<Signer>>,
 ) -> Result<Credential, String> {
-    static_only(c, at)?;
+    only(c, IDENTITY_KEYS, at)?;
     let signer = signer.ok_or_else(|| {
         format!("{at}.kind: \"identity\" needs [assertions] (the keys the edge signs with)")
     })?;
@@ -120,7 +119,7 @@ fn identity(
 }
 
 fn static_credential(c: &CredentialSection, pool: &str, at: &str) -> Result<Credential, String> {
-    unused(c, &["audience", "ttl_seconds"], at)?;
+    only(c, STATIC_KEYS, at)?;
     let (key, text) = match (&c.value_file, &c.value_env) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(format!(
@@ -176,31 +175,58 @@ fn header(name: &str, at: &str) -> Result<HeaderName, String> {
     Ok(header)
 }
 
-fn static_only(c: &CredentialSection, at: &str) -> Result<(), String> {
-    unused(c, &["value_file", "value_env", "scheme"], at)
-}
+/// The keys each kind reads.
+const IDENTITY_KEYS: &[&str] = &["header", "audience", "ttl_seconds"];
+const STATIC_KEYS: &[&str] = &["header", "value_file", "value_env", "scheme"];
+pub(super) const EXCHANGE_KEYS: &[&str] = &[
+    "audience",
+    "token_endpoint",
+    "client_id",
+    "client_auth",
+    "client_secret_file",
+    "client_secret_env",
+    "resource",
+    "scope",
+    "ca_file",
+    "timeout_ms",
+    "cache_entries",
+];
 
-/// Keys set that this kind does not read.
-fn unused(c: &CredentialSection, keys: &[&str], at: &str) -> Result<(), String> {
-    let set = |key: &str| match key {
-        "header" => c.header.is_some(),
-        "audience" => c.audience.is_some(),
-        "ttl_seconds" => c.ttl_seconds.is_some(),
-        "value_file" => c.value_file.is_some(),
-        "value_env" => c.value_env.is_some(),
-        "scheme" => c.scheme.is_some(),
-        _ => false,
-    };
-    match keys.iter().find(|k| set(k)) {
-        Some(key) => Err(format!(
+/// A key set that this kind does not read is refused.
+pub(super) fn only(c: &CredentialSection, keys: &[&str], at: &str) -> Result<(), String> {
+    let set = [
+        ("header", c.header.is_some()),
+        ("audience", c.audience.is_some()),
+        ("ttl_seconds", c.ttl_seconds.is_some()),
+        ("value_file", c.value_file.is_some()),
+        ("value_env", c.value_env.is_some()),
+        ("scheme", c.scheme.is_some()),
+        ("token_endpoint", c.token_endpoint.is_some()),
+        ("client_id", c.client_id.is_some()),
+        ("client_auth", c.client_auth.is_some()),
+        ("client_secret_file", c.client_secret_file.is_some()),
+        ("client_secret_env", c.client_secret_env.is_some()),
+        ("resource", c.resource.is_some()),
+        ("scope", c.scope.is_some()),
+        ("ca_file", c.ca_file.is_some()),
+        ("timeout_ms", c.timeout_ms.is_some()),
+        ("cache_entries", c.cache_entries.is_some()),
+    ];
+    match set.iter().find(|(k, on)| *on && !keys.contains(k)) {
+        Some((key, _)) => Err(format!(
             "{at}.{key}: does not apply to kind = \"{}\"",
-            match c.kind {
-                CredentialKind::None => "none",
-                CredentialKind::Identity => "identity",
-                CredentialKind::Static => "static",
-            }
+            kind_name(c.kind)
         )),
         None => Ok(()),
+    }
+}
+
+pub(super) fn kind_name(kind: CredentialKind) -> &'static str {
+    match kind {
+        CredentialKind::None => "none",
+        CredentialKind::Identity => "identity",
+        CredentialKind::Static => "static",
+        CredentialKind::Exchange => "exchange",
     }
 }
 

@@ -13,7 +13,7 @@ mod identity;
 mod pools;
 mod routes;
 
-pub use credentials::{AssertionsSection, CredentialKind, CredentialSection};
+pub use credentials::{AssertionsSection, ClientAuthMethod, CredentialKind, CredentialSection};
 pub use fleet::{FleetSection, RateLimitsSection};
 pub use identity::{
     IdentitySection, JwtSection, PolicyRuleSection, RateLimitSection, ScopeRuleSection,

@@ -7,6 +7,7 @@
 //! Every message names the offending key (`routes[0].pool: …`).
 
 mod credentials;
+mod exchange;
 pub mod file;
 mod fleet;
 mod identity;

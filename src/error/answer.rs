@@ -91,6 +91,12 @@ impl EdgeError {
             EdgeError::PoolBusy { pool, waited_ms } => format!(
                 "Every member of pool '{pool}' stayed at its limit for {waited_ms} ms; retry later"
             ),
+            EdgeError::ExchangeFailed { pool } => format!(
+                "The authorization server did not exchange the caller's token for pool '{pool}'; retry later"
+            ),
+            EdgeError::ExchangeTimeout { pool } => format!(
+                "The authorization server did not exchange the caller's token for pool '{pool}' in time; retry later"
+            ),
             EdgeError::HopRefused { reason } => {
                 format!("Forbidden: this listener serves only requests other replicas of the fleet signed ({reason})")
             }
@@ -155,6 +161,8 @@ impl EdgeError {
             | EdgeError::PoolBusy { .. }
             | EdgeError::StdioBusy
             | EdgeError::ReplicaUnknown
+            | EdgeError::ExchangeFailed { .. }
+            | EdgeError::ExchangeTimeout { .. }
             | EdgeError::StdioUnavailable { .. } => headers.push(("retry-after", "1".into())),
             EdgeError::RateLimited {
                 retry_after_ms,

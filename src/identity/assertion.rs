@@ -43,6 +43,8 @@ pub enum Credential {
     Identity(Assertion),
     /// One service credential for every request.
     Static(Static),
+    /// The caller's token exchanged at an authorization server (RFC 8693), per caller.
+    Exchange(std::sync::Arc<super::exchange::Exchange>),
 }
 
 impl Credential {
@@ -52,6 +54,7 @@ impl Credential {
             Credential::None => "none",
             Credential::Identity(_) => "identity",
             Credential::Static(_) => "static",
+            Credential::Exchange(_) => "exchange",
         }
     }
 }
@@ -143,8 +146,6 @@ impl Signer {
 
     /// A compact JWT for `principal`, valid `ttl` seconds from `now` (unix seconds).
     pub fn mint(&self, principal: &Principal, audience: &str, ttl: u64, now: u64) -> String {
-        let (id, key) = &self.keys[0];
-        let header = json!({"alg": "EdDSA", "typ": "JWT", "kid": id.to_string()});
         let mut claims = json!({
             "iss": self.issuer,
             "sub": principal.subject,
@@ -159,6 +160,14 @@ impl Signer {
         if !principal.scopes.is_empty() {
             claims["scope"] = Value::from(principal.scopes.join(" "));
         }
+        self.sign(&claims)
+    }
+
+    /// A compact JWT of these claims, signed with the ring's first key (an assertion, or the
+    /// edge's `private_key_jwt` client authentication at a token endpoint).
+    pub fn sign(&self, claims: &Value) -> String {
+        let (id, key) = &self.keys[0];
+        let header = json!({"alg": "EdDSA", "typ": "JWT", "kid": id.to_string()});
         let mut token = URL_SAFE_NO_PAD.encode(header.to_string());
         token.push('.');
         token.push_str(&URL_SAFE_NO_PAD.encode(claims.to_string()));
@@ -170,7 +179,7 @@ impl Signer {
 }
 
 /// 128 random bits, URL-safe base64: unique per request.
-fn jti() -> String {
+pub(super) fn jti() -> String {
     let mut bytes = [0u8; 16];
     if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
         // The system's generator failing is not something to carry on with quietly; a

@@ -11,6 +11,7 @@
 //!   token's scopes, [`scopes`].
 
 pub mod assertion;
+pub mod exchange;
 pub mod jwks;
 pub mod jwt;
 pub mod keys;
@@ -262,6 +263,17 @@ impl Identity {
 }
 
 /// The token of `Bearer <token>` (scheme case-insensitive), when it is printable ASCII.
+/// The bearer token of a request's one `Authorization` header (what
+/// [`Identity::authenticate`] read).
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    bearer(value.as_bytes())
+}
+
 fn bearer(value: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(value).ok()?;
     let (scheme, token) = text.trim().split_once(' ')?;

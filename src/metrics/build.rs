@@ -129,6 +129,7 @@ pub(super) fn build() -> Result<Metrics, prometheus::Error> {
         budget: budget_metrics(&r)?,
         tls: tls_metrics(&r)?,
         access: access_metrics(&r)?,
+        credentials: credential_metrics(&r)?,
         stdio: stdio_metrics(&r)?,
         traces: trace_metrics(&r)?,
         published: Mutex::new(HashMap::new()),
@@ -136,6 +137,31 @@ pub(super) fn build() -> Result<Metrics, prometheus::Error> {
     };
     preregister(&m);
     Ok(m)
+}
+
+fn credential_metrics(r: &Registrar) -> Result<CredentialMetrics, prometheus::Error> {
+    Ok(CredentialMetrics {
+        upstream_credentials: r.counter(
+            "mcp_edge_upstream_credentials_total",
+            "Credentials sent to members by pool and kind (identity: an assertion minted; static: the pool's credential attached)",
+            &["pool", "kind"],
+        )?,
+        token_exchanges: r.counter(
+            "mcp_edge_token_exchanges_total",
+            "Token exchanges (RFC 8693) at pools' authorization servers, by pool and outcome (ok, refused, timeout, failed)",
+            &["pool", "outcome"],
+        )?,
+        token_exchange_seconds: r.seconds(
+            "mcp_edge_token_exchange_seconds",
+            "Time a token exchange took, by pool",
+            &["pool"],
+        )?,
+        token_exchange_cache: r.counter(
+            "mcp_edge_token_exchange_cache_total",
+            "Where a caller's exchanged token came from, by pool and result (hit: cached; miss: exchanged for this request; joined: an exchange under way)",
+            &["pool", "result"],
+        )?,
+    })
 }
 
 fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
@@ -185,11 +211,6 @@ fn access_metrics(r: &Registrar) -> Result<AccessMetrics, prometheus::Error> {
             "mcp_edge_jwks_fetches_total",
             "JWKS URL fetches by result (success, failure)",
             &["result"],
-        )?,
-        upstream_credentials: r.counter(
-            "mcp_edge_upstream_credentials_total",
-            "Credentials sent to members by pool and kind (identity: an assertion minted; static: the pool's credential attached)",
-            &["pool", "kind"],
         )?,
         cors_preflights: r.counter(
             "mcp_edge_cors_preflights_total",

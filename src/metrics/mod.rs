@@ -61,6 +61,8 @@ pub struct Metrics {
     pub tls: TlsMetrics,
     /// Identity, policy, rate limits and CORS.
     pub access: AccessMetrics,
+    /// Credentials sent to members, token exchanges.
+    pub credentials: CredentialMetrics,
     /// stdio pools.
     pub stdio: StdioMetrics,
     /// The OpenTelemetry MCP operation metric and the export of spans.
@@ -91,9 +93,19 @@ pub struct AccessMetrics {
     pub rate_redis_failures: IntCounterVec,
     /// JWKS fetches by result.
     pub jwks_fetches: IntCounterVec,
+}
+
+/// What members were told of callers (`[pools.credential]`).
+pub struct CredentialMetrics {
     /// Credentials the edge sent members (identity assertions minted, static ones
-    /// attached), by pool and kind.
+    /// attached, exchanged tokens), by pool and kind.
     pub upstream_credentials: IntCounterVec,
+    /// Token exchanges (RFC 8693) by pool and outcome (ok, refused, timeout, failed).
+    pub token_exchanges: IntCounterVec,
+    /// Time an exchange took, by pool.
+    pub token_exchange_seconds: HistogramVec,
+    /// Where a caller's exchanged token came from, by pool (hit, miss, joined).
+    pub token_exchange_cache: IntCounterVec,
 }
 
 /// `mcp.server.operation.duration` of the OpenTelemetry MCP conventions, and the span export.

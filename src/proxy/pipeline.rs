@@ -165,6 +165,7 @@ pipeline! {
         scopes::Scopes,
     ],
     admitted: [
+        credential::Credentials,
         balance::Balance,
         sse_bridge::SseBridge,
     ],

@@ -10,19 +10,30 @@
 //   [--alg ES256|RS256] signing algorithm of the key generated at start (default ES256)
 //   [--port N]          default 0 (ephemeral)
 //   [--ttl SECONDS]     access-token lifetime (default 600)
+// RFC 8693 token exchange (all optional; see README.md):
+//   --exchange          serve grant_type urn:ietf:params:oauth:grant-type:token-exchange; the
+//                       --client-id client may use it too
+//   --client-jwks PATH  a second client (--exchange-client-id, default "edge-pk") authenticating with
+//                       private_key_jwt against that PUBLIC JWKS (Ed25519/EdDSA); implies --exchange
+//   --exchange-audience VALUE  another audience (any string) an exchange may ask for. Repeatable;
+//                       every --resource may be asked for too
+//   --exchange-ttl SECONDS     lifetime of an exchanged token (default 300)
+//   --exchange-wrong-audience  fault: exchanged tokens carry aud "https://somewhere-else.test"
 // Issuer `http://127.0.0.1:<port>` (no trailing slash). Discovery: /.well-known/openid-configuration
 // and the same document at /.well-known/oauth-authorization-server (RFC 8414). Token endpoint /token,
 // keys /jwks. Access tokens are JWTs (typ at+jwt): iss, sub = client_id, client_id, aud = the
 // resource, scope = the granted scopes (those asked for that the resource has, space-separated).
 // stdout: `READY <port>` once listening, then one JSON line per token request:
 //   {"token":{"grant_type":…,"scope":<granted or null>,"requested":<asked or null>,"resource":…,"client_id":…,"auth":"basic"|"post"}}
-//   {"token_error":{"grant_type":…,"error":…,"error_description":…,"requested":…,"resource":…}}
+//   {"exchange":{"sub":…,"audience":…,"scope":…,"client_id":…,"auth":"basic"|"post"|"private_key_jwt",…}}
+//   {"token_error":{"grant_type":…,"error":…,"error_description":…,"requested":…,"resource":…,…}}
 // stderr: diagnostics (oidc-provider notices included). Exits on SIGTERM/SIGINT, and when stdin
 // is a pipe that closes (a stdin of /dev/null is ignored).
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
-import { fstatSync, writeFileSync } from 'node:fs';
+import { fstatSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { parseArgs } from 'node:util';
+import { jwtVerify, SignJWT } from 'jose';
 import Provider, { errors } from 'oidc-provider';
 
 const { values: args } = parseArgs({
@@ -34,7 +45,13 @@ const { values: args } = parseArgs({
         'jwks-out': { type: 'string' },
         alg: { type: 'string', default: 'ES256' },
         port: { type: 'string', default: '0' },
-        ttl: { type: 'string', default: '600' }
+        ttl: { type: 'string', default: '600' },
+        exchange: { type: 'boolean', default: false },
+        'client-jwks': { type: 'string' },
+        'exchange-client-id': { type: 'string', default: 'edge-pk' },
+        'exchange-audience': { type: 'string', multiple: true, default: [] },
+        'exchange-ttl': { type: 'string', default: '300' },
+        'exchange-wrong-audience': { type: 'boolean', default: false }
     }
 });
 const die = msg => {
@@ -53,6 +70,25 @@ const resources = args.resource.map(r => {
 });
 const scopes = args.scopes.split(/\s+/).filter(Boolean);
 const ttl = Number(args.ttl);
+
+// RFC 8693 token exchange.
+const EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
+const WRONG_AUDIENCE = 'https://somewhere-else.test';
+const exchange = args.exchange || args['client-jwks'] !== undefined;
+const exchangeTtl = Number(args['exchange-ttl']);
+if (!Number.isInteger(exchangeTtl) || exchangeTtl <= 0) die(`--exchange-ttl ${args['exchange-ttl']}: want whole seconds > 0`);
+let clientJwks;
+if (args['client-jwks']) {
+    try {
+        const parsed = JSON.parse(readFileSync(args['client-jwks'], 'utf8'));
+        clientJwks = { keys: Array.isArray(parsed.keys) ? parsed.keys : [parsed] };
+    } catch (e) {
+        die(`--client-jwks ${args['client-jwks']}: ${e.message}`);
+    }
+    if (clientJwks.keys.some(k => k.d !== undefined)) die(`--client-jwks ${args['client-jwks']}: holds a private key`);
+    if (args['exchange-client-id'] === args['client-id']) die('--exchange-client-id must differ from --client-id');
+}
 
 // oidc-provider prints its NOTICEs with console.info (stdout); stdout is this peer's protocol.
 console.info = console.log = (...a) => console.error(...a);
@@ -87,18 +123,37 @@ await new Promise((resolve, reject) => {
 const { port } = server.address();
 const issuer = `http://127.0.0.1:${port}`;
 
-const provider = new Provider(issuer, {
-    clients: [{
-        client_id: args['client-id'],
-        client_secret: args['client-secret'],
-        grant_types: ['client_credentials'],
+const clients = [{
+    client_id: args['client-id'],
+    client_secret: args['client-secret'],
+    grant_types: exchange ? ['client_credentials', EXCHANGE] : ['client_credentials'],
+    response_types: [],
+    redirect_uris: [],
+    // Either way is accepted for a client registered with a secret method (oidc-provider
+    // lib/shared/client_auth.js: basic and post are interchangeable).
+    token_endpoint_auth_method: 'client_secret_basic'
+}];
+if (clientJwks) {
+    clients.push({
+        client_id: args['exchange-client-id'],
+        grant_types: [EXCHANGE],
         response_types: [],
         redirect_uris: [],
-        // Either way is accepted for a client registered with a secret method (oidc-provider
-        // lib/shared/client_auth.js: basic and post are interchangeable).
-        token_endpoint_auth_method: 'client_secret_basic'
-    }],
-    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
+        token_endpoint_auth_method: 'private_key_jwt',
+        // No token_endpoint_auth_signing_alg: any of clientAuthSigningAlgValues below
+        // (EdDSA, or the fully-specified Ed25519) that the key verifies.
+        jwks: clientJwks
+    });
+}
+
+const provider = new Provider(issuer, {
+    clients,
+    clientAuthMethods: clientJwks
+        ? ['client_secret_basic', 'client_secret_post', 'private_key_jwt']
+        : ['client_secret_basic', 'client_secret_post'],
+    // The client assertion's algorithms (private_key_jwt); HS* is dropped anyway without
+    // client_secret_jwt. EdDSA is in oidc-provider's default list too; named here on purpose.
+    enabledJWA: { clientAuthSigningAlgValues: ['EdDSA', 'Ed25519', 'ES256', 'RS256', 'PS256'] },
     clientDefaults: { id_token_signed_response_alg: args.alg },
     jwks: { keys: [privateJwk] },
     // Listed in discovery's scopes_supported (the resource's scopes are what is granted).
@@ -142,8 +197,84 @@ const provider = new Provider(issuer, {
 // `proxy` stays false, so urlFor() builds endpoint URLs from the issuer itself.
 
 const authOf = ctx => (ctx.headers.authorization?.toLowerCase().startsWith('basic ') ? 'basic'
-    : ctx.oidc?.params?.client_secret ? 'post' : 'none');
+    : ctx.oidc?.params?.client_secret ? 'post'
+        : ctx.oidc?.params?.client_assertion ? 'private_key_jwt' : 'none');
+
+// RFC 8693 token exchange: the subject token must be one of ours (our key, our issuer, unexpired);
+// the new token is for the asked audience (`audience`, else `resource`, else the first --resource).
+const one = (v, name) => {
+    if (Array.isArray(v)) throw new errors.InvalidTarget(`only one ${name} value is supported`);
+    return v;
+};
+const audienceFor = asked => {
+    if (args['exchange-audience'].includes(asked)) return asked;
+    return resourceFor(asked)?.given;
+};
+async function exchangeHandler(ctx) {
+    const p = ctx.oidc.params;
+    for (const name of ['subject_token', 'subject_token_type']) {
+        if (!p[name]) throw new errors.InvalidRequest(`missing required parameter '${name}'`);
+    }
+    if (p.subject_token_type !== ACCESS_TOKEN_TYPE) {
+        throw new errors.InvalidRequest(`unsupported subject_token_type ${p.subject_token_type}`);
+    }
+    if (p.requested_token_type !== undefined && p.requested_token_type !== ACCESS_TOKEN_TYPE) {
+        throw new errors.InvalidRequest(`unsupported requested_token_type ${p.requested_token_type}`);
+    }
+    if (p.actor_token !== undefined) throw new errors.InvalidRequest('actor_token is not supported');
+    let subject;
+    try {
+        ({ payload: subject } = await jwtVerify(p.subject_token, publicKey, {
+            issuer, algorithms: [args.alg], requiredClaims: ['exp', 'sub']
+        }));
+    } catch (e) {
+        const err = new errors.InvalidGrant(`subject_token: ${e.code ?? ''} ${e.message}`);
+        err.error_description = `subject_token is invalid (${e.code ?? e.message})`;
+        throw err;
+    }
+    const asked = one(p.audience, 'audience') ?? one(p.resource, 'resource');
+    const audience = asked === undefined ? resources[0].given : audienceFor(asked);
+    if (audience === undefined) throw new errors.InvalidTarget(`unknown audience ${asked}`);
+    const scope = (p.scope !== undefined
+        ? p.scope.split(' ').filter(s => scopes.includes(s))
+        : String(subject.scope ?? '').split(' ').filter(Boolean)).join(' ');
+    const clientId = ctx.oidc.client.clientId;
+    const now = Math.floor(Date.now() / 1000);
+    const aud = args['exchange-wrong-audience'] ? WRONG_AUDIENCE : audience;
+    // A subject token that was itself exchanged keeps its actor chain (RFC 8693 section 4.1).
+    const act = subject.act ? { sub: clientId, act: subject.act } : { sub: clientId };
+    const accessToken = await new SignJWT({
+        ...(scope ? { scope } : {}), client_id: clientId, act
+    })
+        .setProtectedHeader({ alg: args.alg, kid, typ: 'at+jwt' })
+        .setIssuer(issuer)
+        .setSubject(subject.sub)
+        .setAudience(aud)
+        .setIssuedAt(now)
+        .setExpirationTime(now + exchangeTtl)
+        .setJti(randomUUID())
+        .sign(privateKey);
+    ctx.body = {
+        access_token: accessToken,
+        issued_token_type: ACCESS_TOKEN_TYPE,
+        token_type: 'Bearer',
+        expires_in: exchangeTtl,
+        ...(scope ? { scope } : {})
+    };
+    ctx.state.exchange = {
+        sub: subject.sub, audience, scope: scope || null, client_id: clientId, auth: authOf(ctx),
+        requested: p.scope ?? null, token_aud: aud
+    };
+}
+if (exchange) {
+    provider.registerGrantType(EXCHANGE, exchangeHandler, [
+        'subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope',
+        'actor_token', 'actor_token_type'
+    ], ['audience', 'resource']);
+}
+
 provider.on('grant.success', ctx => {
+    if (ctx.state.exchange) return out({ exchange: ctx.state.exchange });
     const p = ctx.oidc.params ?? {};
     out({
         token: {
@@ -165,7 +296,11 @@ const onTokenError = (ctx, err) => {
             error: err?.error ?? err?.message ?? String(err),
             error_description: err?.error_description ?? null,
             requested: p.scope ?? null,
-            resource: p.resource ?? null
+            resource: p.resource ?? null,
+            ...(p.grant_type === EXCHANGE ? {
+                audience: p.audience ?? null, client_id: ctx.oidc.client?.clientId ?? null,
+                auth: authOf(ctx), error_detail: err?.error_detail ?? null
+            } : {})
         }
     });
 };

@@ -5,7 +5,11 @@
 //   [--tls-cert FILE --tls-key FILE]  serve HTTPS (HTTP/1.1) instead of HTTP
 //   [--identity-jwks URL --identity-audience AUD --identity-issuer ISS]  verify the edge's
 //       identity assertion (X-MCP-Edge-Identity) of every POST /mcp against that JWKS (jose)
-//   GET /__seen: every POST /mcp's headers (and, with --identity-jwks, its assertion checked)
+//   [--bearer-jwks URL --bearer-audience AUD [--bearer-issuer ISS]]  verify every POST /mcp's
+//       Authorization: Bearer token (e.g. an authz-server.mjs JWT) against that JWKS (jose); only
+//       recorded, never refused
+//   GET /__seen: every POST /mcp's headers (and, with --identity-jwks, its assertion checked;
+//       with --bearer-jwks, its bearer token checked)
 //   POST /__verify (body: a token): that token checked against the JWKS as it is now
 import { createHash, randomUUID } from 'node:crypto';
 import { appendFileSync, readFileSync } from 'node:fs';
@@ -33,6 +37,9 @@ const { values: args } = parseArgs({
         'identity-jwks': { type: 'string' },
         'identity-audience': { type: 'string' },
         'identity-issuer': { type: 'string', default: 'mcp-edge' },
+        'bearer-jwks': { type: 'string' },
+        'bearer-audience': { type: 'string' },
+        'bearer-issuer': { type: 'string' },
         // stdio: stay up after stdin ends (a server holding timers); SIGTERM still ends it.
         linger: { type: 'boolean', default: false },
         // stdio: append this process's id to FILE when SIGTERM arrives (tests see who got it).
@@ -47,6 +54,10 @@ if (!MODES.includes(args.mode)) {
 }
 if (!args['tls-cert'] !== !args['tls-key']) {
     console.error('--tls-cert and --tls-key go together');
+    process.exit(2);
+}
+if (!args['bearer-jwks'] !== !args['bearer-audience']) {
+    console.error('--bearer-jwks and --bearer-audience go together');
     process.exit(2);
 }
 const instance = args.instance;
@@ -360,6 +371,23 @@ async function verifyIdentity(token) {
         return { error: `${e.code ?? ''} ${e.message}` };
     }
 }
+// The bearer token each POST /mcp carried, as jose verifies it against the authorization server's
+// JWKS: { ok: true, claims, kid, typ } or { ok: false, error } (also when there is none).
+const bearerJwks = args['bearer-jwks'] ? createRemoteJWKSet(new URL(args['bearer-jwks'])) : null;
+async function verifyBearer(authorization) {
+    if (!bearerJwks) return null;
+    const m = /^Bearer[ ]+(\S+)\s*$/i.exec(authorization ?? '');
+    if (!m) return { ok: false, error: authorization === undefined ? 'no Authorization header' : 'not a Bearer token' };
+    try {
+        const { payload, protectedHeader } = await jwtVerify(m[1], bearerJwks, {
+            audience: args['bearer-audience'],
+            ...(args['bearer-issuer'] !== undefined ? { issuer: args['bearer-issuer'] } : {})
+        });
+        return { ok: true, claims: payload, kid: protectedHeader.kid ?? null, typ: protectedHeader.typ ?? null };
+    } catch (e) {
+        return { ok: false, error: `${e.code ?? ''} ${e.message}` };
+    }
+}
 function seenControl(res) {
     const body = JSON.stringify(seen);
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
@@ -375,10 +403,11 @@ const handle = async (req, res) => {
     }
     process.stderr.write(`REQ ${req.method} ${req.url}\n`);
     if (req.method === 'POST' && req.url.split('?')[0] === '/mcp') {
-        const entry = { headers: req.headers, identity: null };
+        const entry = { headers: req.headers, identity: null, bearer: null };
         seen.push(entry);
         // Before the request goes on: the member decides who calls before it serves.
         entry.identity = await verifyIdentity(req.headers['x-mcp-edge-identity']);
+        entry.bearer = await verifyBearer(req.headers.authorization);
     }
     if (req.method === 'POST' && req.url.split('?')[0] === '/mcp') {
         load.calls++;
