@@ -272,7 +272,7 @@ impl Setup {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_one_callers_calls_makes_one_exchange_and_callers_never_share_a_token() {
+async fn a_burst_of_one_token_makes_one_exchange_and_callers_never_share_a_token() {
     let s = setup(Mode::Issue { ttl: 300 }).await;
     // Slow enough that the burst's calls all arrive while the first exchange is under way.
     s.endpoint
@@ -311,8 +311,8 @@ async fn a_burst_of_one_callers_calls_makes_one_exchange_and_callers_never_share
     s.endpoint.set(Mode::Issue { ttl: 300 }, Duration::ZERO);
     assert_eq!(s.call(Some(&s.token("bob", "a"))).await.status, 200);
     assert_eq!(s.call(Some(&s.token("alice", "b"))).await.status, 200);
-    // A later call of alice's (another token of hers): the cached exchange.
-    assert_eq!(s.call(Some(&s.token("alice", "a"))).await.status, 200);
+    // A later call with alice's token: the cached exchange.
+    assert_eq!(s.call(Some(&alice)).await.status, 200);
     assert_eq!(s.endpoint.count(), 3);
     let seen = s.member_authorizations();
     assert_eq!(seen[16].as_deref(), Some("Bearer xt-2"));
@@ -323,17 +323,22 @@ async fn a_burst_of_one_callers_calls_makes_one_exchange_and_callers_never_share
     assert_eq!(s.call(Some(&odd)).await.status, 200);
     assert_eq!(s.endpoint.count(), 4);
     assert_eq!(s.endpoint.seen.lock().unwrap()[3].0["subject_token"], odd);
-    assert_eq!(
-        s.member_authorizations()[19].as_deref(),
-        Some("Bearer xt-4")
-    );
+    // Another token of alice's (refreshed; it may say another client or level): its own
+    // exchange, never the one made for the first.
+    let refreshed = s.token("alice", "a");
+    assert_ne!(refreshed, alice);
+    assert_eq!(s.call(Some(&refreshed)).await.status, 200);
+    assert_eq!(s.endpoint.count(), 5);
+    let seen = s.member_authorizations();
+    assert_eq!(seen[19].as_deref(), Some("Bearer xt-4"));
+    assert_eq!(seen[20].as_deref(), Some("Bearer xt-5"));
     // The callers' own tokens reached the member under no name.
     let heads = s.member.all_heads().join("\n");
     assert!(!heads.contains(&alice), "{heads}");
 
     let pool = &s.edge.pool;
     let ok = format!("mcp_edge_token_exchanges_total{{outcome=\"ok\",pool=\"{pool}\"}}");
-    assert_eq!(metric(&s.edge, &ok).await, 4.0);
+    assert_eq!(metric(&s.edge, &ok).await, 5.0);
     let hits = format!("mcp_edge_token_exchange_cache_total{{pool=\"{pool}\",result=\"hit\"}}");
     let joined =
         format!("mcp_edge_token_exchange_cache_total{{pool=\"{pool}\",result=\"joined\"}}");
@@ -342,7 +347,7 @@ async fn a_burst_of_one_callers_calls_makes_one_exchange_and_callers_never_share
         16.0
     );
     let sent = format!("mcp_edge_upstream_credentials_total{{kind=\"exchange\",pool=\"{pool}\"}}");
-    assert_eq!(metric(&s.edge, &sent).await, 20.0);
+    assert_eq!(metric(&s.edge, &sent).await, 21.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,8 +510,14 @@ async fn callers_with_no_token_to_exchange_send_the_member_none() {
 
 /// The configuration's errors (all of them at once).
 fn refused(credential: &str) -> String {
+    refused_with(credential, "", "")
+}
+
+/// With `identity` before the pools and `route` keys on its one route (and a pass-through
+/// route to the pool).
+fn refused_with(credential: &str, identity: &str, route: &str) -> String {
     let text = format!(
-        "[[listeners]]\naddress = \"127.0.0.1:1\"\n\n[[pools]]\nname = \"jira\"\nmembers = [\"127.0.0.1:9\"]\n[pools.credential]\nkind = \"exchange\"\n{credential}\n\n[[routes]]\npath = \"/mcp\"\npool = \"jira\"\n"
+        "[[listeners]]\naddress = \"127.0.0.1:1\"\n\n{identity}[[pools]]\nname = \"jira\"\nmembers = [\"127.0.0.1:9\"]\n[pools.credential]\nkind = \"exchange\"\n{credential}\n\n[[routes]]\npath = \"/mcp\"\npool = \"jira\"\n{route}\n[[passthrough]]\npath = \"/api\"\npool = \"jira\"\n"
     );
     match Config::parse(&text) {
         Ok(_) => panic!("accepted:\n{text}"),
@@ -555,6 +566,21 @@ fn exchange_configurations_that_cannot_work_are_refused_at_load() {
         let e = refused(&credential);
         assert!(e.contains(wanted), "{credential}\n-> {e}");
     }
+    // With a JWT issuer and auth on the route, the pass-through route is what remains.
+    let jwks = temp_file(
+        "cfg-jwks.json",
+        &jwks(&[&SigningKey::generate("k", Algorithm::ES256)]),
+    );
+    let identity = format!(
+        "[identity]\n[identity.jwt]\nissuer = \"{ISS}\"\naudience = [\"{AUD}\"]\njwks_file = \"{}\"\n\n",
+        jwks.0.display()
+    );
+    let e = refused_with(good, &identity, "auth = \"required\"");
+    assert!(e.contains("passthrough[0].pool"), "{e}");
+    assert!(
+        !e.contains("routes[0].auth") && !e.contains("identity.jwt"),
+        "{e}"
+    );
 }
 
 // ---- the real authorization server ---------------------------------------------------------

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue};
 
 use super::file::{
-    AssertionsSection, CredentialKind, CredentialSection, PoolSection, RouteSection,
+    AssertionsSection, CredentialKind, CredentialSection, PassthroughSection, PoolSection,
+    RouteSection,
 };
 use super::Errors;
 use crate::identity::assertion::{
     Assertion, Credential, Signer, Static, DEFAULT_HEADER, DEFAULT_ISSUER, MAX_TTL_SECONDS,
 };
+use crate::identity::AuthMode;
 
 /// Headers a credential may not go in: the edge writes them, or they frame the request.
 const RESERVED: &[&str] = &[
@@ -231,18 +233,50 @@ pub(super) fn kind_name(kind: CredentialKind) -> &'static str {
 }
 
 /// A route that forwards the caller's token to a pool that sends its own credential would
-/// mix the two: refused (unset, the caller's `Authorization` never reaches such a pool).
-pub(super) fn forwarded(pools: &[PoolSection], routes: &[RouteSection], errs: &mut Errors) {
-    for (i, r) in routes.iter().enumerate() {
-        let kind = pools
+/// mix the two: refused (unset, the caller's `Authorization` never reaches such a pool). A
+/// pool that exchanges callers' tokens needs callers verified by a JWT on every route to it,
+/// and no pass-through route (it would send the caller's own token).
+pub(super) fn forwarded(
+    pools: &[PoolSection],
+    routes: &[RouteSection],
+    passthrough: &[PassthroughSection],
+    jwt: bool,
+    errs: &mut Errors,
+) {
+    let kind = |pool: &str| {
+        pools
             .iter()
-            .find(|p| p.name == r.pool)
+            .find(|p| p.name == pool)
             .and_then(|p| p.credential.as_ref())
-            .map_or(CredentialKind::None, |c| c.kind);
+            .map_or(CredentialKind::None, |c| c.kind)
+    };
+    for (i, r) in routes.iter().enumerate() {
+        let kind = kind(&r.pool);
         if r.forward_credential == Some(true) && kind != CredentialKind::None {
             errs.push(format!(
                 "routes[{i}].forward_credential: pool '{}' sends a credential of its own ([pools.credential]); the caller's token is never sent with it",
                 r.pool
+            ));
+        }
+        if kind == CredentialKind::Exchange && r.auth == AuthMode::None {
+            errs.push(format!(
+                "routes[{i}].auth: pool '{}' exchanges the caller's token ([pools.credential] kind = \"exchange\"): the route needs auth = \"optional\" or \"required\"",
+                r.pool
+            ));
+        }
+    }
+    for (i, p) in passthrough.iter().enumerate() {
+        if kind(&p.pool) == CredentialKind::Exchange {
+            errs.push(format!(
+                "passthrough[{i}].pool: pool '{}' exchanges callers' tokens; a pass-through route would send the caller's own",
+                p.pool
+            ));
+        }
+    }
+    for (i, p) in pools.iter().enumerate() {
+        if !jwt && p.credential.as_ref().map(|c| c.kind) == Some(CredentialKind::Exchange) {
+            errs.push(format!(
+                "pools[{i}].credential.kind: \"exchange\" needs [identity.jwt] (only a caller's JWT can be exchanged)"
             ));
         }
     }

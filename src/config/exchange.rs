@@ -105,31 +105,24 @@ fn client_auth(
     })
 }
 
-/// `https://`, or `http://` to this host's loopback (an authorization server beside the edge).
+/// `https://`, or `http://` to this host's loopback (an authorization server beside the edge);
+/// no user information (it would hide the host).
 fn endpoint(url: &str) -> Result<(), &'static str> {
-    if let Some(rest) = url.strip_prefix("https://") {
-        return if rest.is_empty() {
-            Err("names no host")
-        } else {
-            Ok(())
-        };
+    let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL")?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("must not carry user information");
     }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or("must be an https:// URL")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    let loopback = host == "localhost"
+    let host = parsed.host_str().ok_or("names no host")?;
+    let loopback = host.eq_ignore_ascii_case("localhost")
         || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
-    if loopback {
-        Ok(())
-    } else {
-        Err("must be an https:// URL (http:// only to a loopback address)")
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err("must be an https:// URL (http:// only to a loopback address)"),
     }
 }
 
@@ -182,6 +175,9 @@ mod tests {
             "ftp://x",
             "https://",
             "http://127.0.0.1.evil.test/t",
+            "http://localhost:1@evil.example/t",
+            "http://[::1]@evil.example/t",
+            "https://user:pw@as.example/t",
         ] {
             assert!(endpoint(bad).is_err(), "{bad}");
         }

@@ -108,7 +108,8 @@ impl File {
         let listeners = listeners(&self.listeners, &mut errs);
         let signer = credentials::signer(self.assertions.as_ref(), &mut errs);
         let pools = pools(&self.pools, &self.routes, signer.as_ref(), &mut errs);
-        credentials::forwarded(&self.pools, &self.routes, &mut errs);
+        let jwt = self.identity.as_ref().is_some_and(|i| i.jwt.is_some());
+        credentials::forwarded(&self.pools, &self.routes, &self.passthrough, jwt, &mut errs);
         let identity = identity::identity(self.identity.as_ref(), &mut errs);
         let mut warnings = Vec::new();
         let (mut endpoints, any_legacy) = routes(

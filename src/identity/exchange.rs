@@ -6,15 +6,18 @@
 //! - The edge authenticates as a confidential client: `client_secret_basic`,
 //!   `client_secret_post`, or `private_key_jwt` signed with the `[assertions]` key (whose
 //!   JWKS the admin listener serves, so the authorization server can read it by URL).
-//! - Exchanged tokens are cached per caller (issuer, subject, tenant, the token's scopes; the
-//!   audience and scope are the pool's) until their expiry less [`SKEW`], at most
-//!   `cache_entries` of them; a caller's concurrent misses make one exchange, which runs
-//!   apart from the requests waiting for it (a client that goes away does not cancel it).
+//! - Exchanged tokens are cached per caller token (so per issuer, subject, tenant, scopes and
+//!   whatever else the token says, such as its client or its authentication level; the
+//!   audience and scope are the pool's) until their expiry less [`SKEW`], never past the
+//!   caller token's own `exp`, for at most [`MAX_LIFETIME`], at most `cache_entries` of them;
+//!   concurrent misses of one token make one exchange, which runs apart from the requests
+//!   waiting for it (a client that goes away does not cancel it).
 //! - What went wrong is a [`Failure`]: the server refusing the caller's token, not answering
 //!   in time, or anything else (down, 5xx, refusing the edge, garbage, a token for another
 //!   audience). Failures are not cached. The caller's own token is never the fallback.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,7 +30,6 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 
 use super::assertion::{jti, Signer};
-use super::Principal;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 pub const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
@@ -35,7 +37,9 @@ const JWT_TOKEN: &str = "urn:ietf:params:oauth:token-type:jwt";
 const CLIENT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 /// The most a token endpoint's answer may weigh, and the longest token taken from it.
 pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+/// The longest an exchanged token is kept, whatever it says (some servers say "forever").
+pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// An exchanged token is not used within this long of its expiry.
 pub const SKEW: Duration = Duration::from_secs(30);
 /// How long the edge's `private_key_jwt` client assertion is valid.
@@ -231,25 +235,21 @@ impl Exchange {
         })
     }
 
-    /// The `Authorization` value for `principal`'s requests, from the cache or exchanged for
-    /// `subject_token` (the caller's verified token).
-    pub async fn token(
-        &self,
-        principal: &Principal,
-        subject_token: &str,
-    ) -> (Result<HeaderValue, Failure>, Source) {
-        let key = cache_key(principal);
+    /// The `Authorization` value for the requests of the caller whose verified token is
+    /// `subject_token`: from the cache, or exchanged.
+    pub async fn token(&self, subject_token: &str) -> (Result<HeaderValue, Failure>, Source) {
         let now = Instant::now();
         let (pending, source) = {
             let mut slots = self.cache.lock();
-            match slots.get(&key) {
+            match slots.get(subject_token) {
                 Some(Slot::Ready(value, until)) if *until > now => {
                     return (Ok(value.clone()), Source::Hit)
                 }
                 Some(Slot::Pending(_, p)) => (p.clone(), Source::Joined),
                 _ => {
                     let id = self.cache.next.fetch_add(1, Ordering::Relaxed);
-                    let pending = self.spawn(key.clone(), id, subject_token.to_string());
+                    let key = subject_token.to_string();
+                    let pending = self.spawn(key.clone(), id);
                     slots.remove(&key);
                     make_room(&mut slots, self.cache.max, now);
                     slots.insert(key, Slot::Pending(id, pending.clone()));
@@ -260,18 +260,21 @@ impl Exchange {
         (pending.await.map(|i| i.value), source)
     }
 
-    /// The exchange, as a task of its own whose end settles the cache.
-    fn spawn(
-        &self,
-        key: String,
-        id: u64,
-        subject_token: String,
-    ) -> Shared<BoxFuture<'static, Outcome>> {
+    /// The exchange, as a task of its own whose end settles the cache (a panic included: the
+    /// slot never stays pending).
+    fn spawn(&self, subject_token: String, id: u64) -> Shared<BoxFuture<'static, Outcome>> {
         let outgoing = self.outgoing.clone();
         let cache = self.cache.clone();
         let task = tokio::spawn(async move {
-            let outcome = exchange(&outgoing, &subject_token).await;
-            cache.settle(&key, id, &outcome);
+            let outcome = AssertUnwindSafe(exchange(&outgoing, &subject_token))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Failure::Failed(
+                        "the exchange failed inside the edge".into(),
+                    ))
+                });
+            cache.settle(&subject_token, id, &outcome);
             outcome
         });
         task.map(|joined| {
@@ -280,27 +283,6 @@ impl Exchange {
         .boxed()
         .shared()
     }
-}
-
-/// One caller, as the cache knows it: who (issuer, subject, tenant) and with which scopes;
-/// each part length-prefixed, so no subject's text can pose as another's.
-fn cache_key(p: &Principal) -> String {
-    let mut scopes: Vec<&str> = p.scopes.iter().map(String::as_str).collect();
-    scopes.sort_unstable();
-    let scopes = scopes.join(" ");
-    let mut key = String::new();
-    for part in [
-        Some(p.issuer.as_str()),
-        Some(p.subject.as_str()),
-        p.tenant.as_deref(),
-        Some(scopes.as_str()),
-    ] {
-        match part {
-            Some(text) => key.push_str(&format!("{}:{text}", text.len())),
-            None => key.push('-'),
-        }
-    }
-    key
 }
 
 fn unix_now() -> u64 {
@@ -399,7 +381,8 @@ async fn exchange(o: &Outgoing, subject_token: &str) -> Outcome {
     }
     let doc =
         doc.ok_or_else(|| Failure::Failed("the token endpoint's answer is not JSON".into()))?;
-    issued(&o.settings, &doc)
+    let subject_exp = jwt_claims(subject_token).and_then(|c| c.get("exp").and_then(Value::as_u64));
+    issued(&o.settings, &doc, subject_exp)
 }
 
 /// A 4xx or 5xx: the caller's token refused (`invalid_grant`), or the exchange failed.
@@ -425,7 +408,7 @@ fn refusal(status: http::StatusCode, doc: Option<&Value>) -> Failure {
 
 /// RFC 8693 §2.2.1: the token, checked (a bearer access token, for the pool's audience when it
 /// says which), and until when it may be used.
-fn issued(s: &Settings, doc: &Value) -> Outcome {
+fn issued(s: &Settings, doc: &Value, subject_exp: Option<u64>) -> Outcome {
     let bad = |why: &str| {
         Err(Failure::Failed(format!(
             "the token endpoint's answer {why}"
@@ -468,22 +451,23 @@ fn issued(s: &Settings, doc: &Value) -> Outcome {
             Failure::Failed("the token endpoint's access_token is not a header value".into())
         })?;
     let now = unix_now();
+    let exp = claims
+        .as_ref()
+        .and_then(|c| c.get("exp"))
+        .and_then(Value::as_u64);
     let lifetimes = [
         doc.get("expires_in").and_then(Value::as_u64),
-        claims
-            .as_ref()
-            .and_then(|c| c.get("exp"))
-            .and_then(Value::as_u64)
-            .map(|exp| exp.saturating_sub(now)),
+        exp.map(|exp| exp.saturating_sub(now)),
+        subject_exp.map(|exp| exp.saturating_sub(now)),
     ];
     let until = lifetimes
         .into_iter()
         .flatten()
         .min()
-        .map(Duration::from_secs)
+        .map(|life| Duration::from_secs(life).min(MAX_LIFETIME))
         .and_then(|life| life.checked_sub(SKEW))
         .filter(|left| !left.is_zero())
-        .map(|left| Instant::now() + left);
+        .and_then(|left| Instant::now().checked_add(left));
     Ok(Issued { value, until })
 }
 
@@ -529,15 +513,15 @@ mod tests {
         let s = settings();
         let other = json!({"access_token": jwt(json!({"aud": "https://else.test"})), "token_type": "Bearer", "expires_in": 300});
         assert!(
-            matches!(issued(&s, &other), Err(Failure::Failed(m)) if m.contains("another audience"))
+            matches!(issued(&s, &other, None), Err(Failure::Failed(m)) if m.contains("another audience"))
         );
         let ours = json!({"access_token": jwt(json!({"aud": ["x", "https://api.test"]})), "token_type": "bearer", "expires_in": 300});
-        let ok = issued(&s, &ours).unwrap();
+        let ok = issued(&s, &ours, None).unwrap();
         assert!(ok.value.to_str().unwrap().starts_with("Bearer e30."));
         assert!(ok.until.is_some());
         // Opaque: nothing to check.
         let opaque = json!({"access_token": "opaque-1", "token_type": "Bearer"});
-        assert!(issued(&s, &opaque).unwrap().until.is_none());
+        assert!(issued(&s, &opaque, None).unwrap().until.is_none());
     }
 
     #[test]
@@ -552,7 +536,10 @@ mod tests {
             json!({"access_token": "a b", "token_type": "Bearer"}),
             json!({"access_token": "x".repeat(MAX_TOKEN_BYTES + 1), "token_type": "Bearer"}),
         ] {
-            assert!(matches!(issued(&s, &doc), Err(Failure::Failed(_))), "{doc}");
+            assert!(
+                matches!(issued(&s, &doc, None), Err(Failure::Failed(_))),
+                "{doc}"
+            );
         }
     }
 
@@ -599,19 +586,26 @@ mod tests {
     }
 
     #[test]
-    fn callers_differ_by_issuer_tenant_and_scopes() {
-        let p = |iss: &str, tenant: Option<&str>, scopes: &[&str]| Principal {
-            issuer: iss.into(),
-            subject: "alice".into(),
-            tenant: tenant.map(Into::into),
-            groups: vec![],
-            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    fn a_token_is_kept_no_longer_than_it_or_the_callers_lives_nor_a_day() {
+        let s = settings();
+        let now = unix_now();
+        let life = |doc: Value, subject_exp: Option<u64>| {
+            issued(&s, &doc, subject_exp)
+                .unwrap()
+                .until
+                .map(|u| u.saturating_duration_since(Instant::now()).as_secs())
         };
-        let base = cache_key(&p("a", Some("t"), &["x", "y"]));
-        assert_eq!(base, cache_key(&p("a", Some("t"), &["y", "x"])));
-        assert_ne!(base, cache_key(&p("b", Some("t"), &["x", "y"])));
-        assert_ne!(base, cache_key(&p("a", Some("u"), &["x", "y"])));
-        assert_ne!(base, cache_key(&p("a", None, &["x", "y"])));
-        assert_ne!(base, cache_key(&p("a", Some("t"), &["x"])));
+        let doc =
+            |ttl: u64| json!({"access_token": "t", "token_type": "Bearer", "expires_in": ttl});
+        assert_eq!(life(doc(300), None), Some(269));
+        // The caller's token ends first: so does the exchanged one's use.
+        // (The second may turn between the two clocks.)
+        let capped = life(doc(300), Some(now + 100)).unwrap();
+        assert!((68..=69).contains(&capped), "{capped}");
+        assert_eq!(life(doc(300), Some(now + 10)), None);
+        // "Forever": a day, and no overflow.
+        assert_eq!(life(doc(u64::MAX), None), Some(24 * 3600 - 31));
+        let jwt_forever = json!({"access_token": jwt(json!({"aud": "https://api.test", "exp": u64::MAX})), "token_type": "Bearer"});
+        assert_eq!(life(jwt_forever, None), Some(24 * 3600 - 31));
     }
 }

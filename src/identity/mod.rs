@@ -262,7 +262,6 @@ impl Identity {
     }
 }
 
-/// The token of `Bearer <token>` (scheme case-insensitive), when it is printable ASCII.
 /// The bearer token of a request's one `Authorization` header (what
 /// [`Identity::authenticate`] read).
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
@@ -274,6 +273,7 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     bearer(value.as_bytes())
 }
 
+/// The token of `Bearer <token>` (scheme case-insensitive), when it is printable ASCII.
 fn bearer(value: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(value).ok()?;
     let (scheme, token) = text.trim().split_once(' ')?;

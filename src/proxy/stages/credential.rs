@@ -73,7 +73,7 @@ impl Stage for Credentials {
         }
         let pool = pool.name.as_str();
         let started = Instant::now();
-        let (outcome, source) = exchange.token(principal, token).await;
+        let (outcome, source) = exchange.token(token).await;
         let access = &metrics::get().credentials;
         access
             .token_exchange_cache
