@@ -141,24 +141,6 @@ async fn call(url: &str, mark: &str, headers: &[(&str, &str)]) {
     assert!(text.contains(&format!("member:{mark}")), "{mark}: {text}");
 }
 
-/// What the member recorded of the request marked `mark`.
-async fn seen(member: &Peer, mark: &str) -> Value {
-    let all: Value = client()
-        .get(format!("http://{}/__seen", member.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["headers"]["x-test-mark"] == mark)
-        .cloned()
-        .unwrap_or_else(|| panic!("the member saw no request marked {mark}: {all}"))
-}
-
 /// `token` checked by the member against the edge's JWKS as it is now.
 async fn member_verifies(member: &Peer, token: &str) -> Value {
     client()
@@ -195,7 +177,10 @@ async fn the_member_verifies_the_edges_assertion_and_never_sees_the_callers_toke
     )
     .await;
 
-    let (one, two) = (seen(&member, "one").await, seen(&member, "two").await);
+    let (one, two) = (
+        member.seen_marked("one").await,
+        member.seen_marked("two").await,
+    );
     for e in [&one, &two] {
         let c = &e["identity"]["claims"];
         assert_eq!(c["sub"], "alice", "{e}");
@@ -226,7 +211,7 @@ async fn the_member_verifies_the_edges_assertion_and_never_sees_the_callers_toke
         &[("authorization", &format!("Bearer {token}"))],
     )
     .await;
-    let e = seen(&member, "odd").await;
+    let e = member.seen_marked("odd").await;
     assert_eq!(e["identity"]["claims"]["sub"], odd, "{e}");
     assert!(e["identity"]["claims"].get("scope").is_none(), "{e}");
 
@@ -238,7 +223,7 @@ async fn the_member_verifies_the_edges_assertion_and_never_sees_the_callers_toke
         &[("x-mcp-edge-identity", "forged.by.client")],
     )
     .await;
-    let e = seen(&member, "anon").await;
+    let e = member.seen_marked("anon").await;
     assert!(e["headers"].get("x-mcp-edge-identity").is_none(), "{e}");
     assert!(e["identity"].is_null(), "{e}");
 
@@ -261,7 +246,7 @@ async fn an_old_key_verifies_while_it_is_published_after_a_rotation() {
     let bearer = format!("Bearer {}", caller.token("bob", "tools:call"));
 
     call(&edge.url(), "before", &[("authorization", &bearer)]).await;
-    let before = seen(&member, "before").await;
+    let before = member.seen_marked("before").await;
     assert_eq!(before["identity"]["kid"], "1", "{before}");
     let old = before["headers"]["x-mcp-edge-identity"]
         .as_str()
@@ -272,7 +257,7 @@ async fn an_old_key_verifies_while_it_is_published_after_a_rotation() {
     std::fs::write(&ring, format!("2:{RING_B}\n1:{RING_A}\n")).unwrap();
     reloader.reload().unwrap();
     call(&edge.url(), "after", &[("authorization", &bearer)]).await;
-    let after = seen(&member, "after").await;
+    let after = member.seen_marked("after").await;
     assert_eq!(after["identity"]["kid"], "2", "{after}");
     assert_eq!(after["identity"]["claims"]["sub"], "bob", "{after}");
     let v = member_verifies(&member, &old).await;
@@ -316,7 +301,7 @@ async fn a_static_credential_from_a_file_or_the_environment_replaces_the_clients
         &[("authorization", "Bearer callers-own")],
     )
     .await;
-    let e = seen(&member, "file").await;
+    let e = member.seen_marked("file").await;
     assert_eq!(
         e["headers"]["authorization"], "Bearer s3cret-from-file",
         "{e}"
@@ -332,7 +317,7 @@ async fn a_static_credential_from_a_file_or_the_environment_replaces_the_clients
         ],
     )
     .await;
-    let e = seen(&member, "env").await;
+    let e = member.seen_marked("env").await;
     assert_eq!(e["headers"]["x-api-key"], "s3cret-from-env", "{e}");
     assert!(e["headers"].get("authorization").is_none(), "{e}");
     assert!(!e["headers"].to_string().contains("callers-own"), "{e}");

@@ -10,7 +10,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use common::auth::{claims, jwks, SigningKey};
 use common::mock::{Behavior, Mock};
-use common::peers::{authz_server, ts_server_with, Peer};
+use common::peers::{authz_server, ts_server_with};
 use common::*;
 use jsonwebtoken::Algorithm;
 use mcp_edge::config::Config;
@@ -31,26 +30,6 @@ use common::http1 as wire;
 const ISS: &str = "https://issuer.test";
 const AUD: &str = "https://edge.test/mcp";
 const RING: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
-
-/// A file removed when the test ends, unique to it.
-struct TempFile(std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn temp_file(name: &str, text: &str) -> TempFile {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(
-        "mcp-edge-exchange-{}-{n}-{name}",
-        std::process::id()
-    ));
-    std::fs::write(&path, text).unwrap();
-    TempFile(path)
-}
 
 // ---- a token endpoint that counts and misbehaves on demand ----------------------------------
 
@@ -585,24 +564,6 @@ fn exchange_configurations_that_cannot_work_are_refused_at_load() {
 
 // ---- the real authorization server ---------------------------------------------------------
 
-/// What the TypeScript server made of the `Authorization` of the call marked `mark`.
-async fn bearer_seen(member: &Peer, mark: &str) -> Value {
-    let all: Value = client()
-        .get(format!("http://{}/__seen", member.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    all.as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["headers"]["x-test-mark"] == mark)
-        .cloned()
-        .unwrap_or_else(|| panic!("the member saw no request marked {mark}: {all}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oidc_provider_exchanges_the_callers_token_for_each_client_authentication() {
     // The edge's assertion key authenticates it as `edge-pk` (private_key_jwt): its JWKS,
@@ -704,7 +665,7 @@ async fn oidc_provider_exchanges_the_callers_token_for_each_client_authenticatio
         let text = r.text().await.unwrap();
         assert_eq!(status, 200, "{mark}: {text}");
         assert!(text.contains(&format!("member:{mark}")), "{mark}: {text}");
-        let seen = bearer_seen(&member, &mark).await;
+        let seen = member.seen_marked(&mark).await;
         let b = &seen["bearer"];
         assert_eq!(
             b["ok"], true,

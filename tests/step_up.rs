@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use common::auth::{claims, jwks, SigningKey};
 use common::mock::{Behavior, Mock};
 use common::peers::{authz_server, step_up_client, ts_server};
@@ -42,27 +40,6 @@ struct Setup {
     mock: Mock,
     key: SigningKey,
     _files: Vec<TempFile>,
-}
-
-/// A file removed when the test ends.
-struct TempFile(std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn temp_file(name: &str, text: &str) -> TempFile {
-    // Tests of this file run at once in one process: a file of each its own.
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(
-        "mcp-edge-step-up-{}-{n}-{name}",
-        std::process::id()
-    ));
-    std::fs::write(&path, text).unwrap();
-    TempFile(path)
 }
 
 async fn setup() -> Setup {

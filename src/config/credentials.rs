@@ -38,20 +38,11 @@ pub(super) fn signer(
     errs: &mut Errors,
 ) -> Option<Arc<Signer>> {
     let s = section?;
-    let (key, text) = match (&s.keys_file, &s.keys_env) {
-        (Some(_), Some(_)) | (None, None) => {
-            errs.push("assertions.keys_file: set keys_file or keys_env (one of them)".into());
-            return None;
-        }
-        (Some(path), None) => (
-            "assertions.keys_file",
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
-        ),
-        (None, Some(var)) => (
-            "assertions.keys_env",
-            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
-        ),
+    let Some((from, text)) = super::secret::read(&s.keys_file, &s.keys_env) else {
+        errs.push("assertions.keys_file: set keys_file or keys_env (one of them)".into());
+        return None;
     };
+    let key = from.key(["assertions.keys_file", "assertions.keys_env"]);
     let issuer = s.issuer.clone().unwrap_or_else(|| DEFAULT_ISSUER.into());
     if issuer.is_empty() {
         errs.push("assertions.issuer: must not be empty".into());
@@ -122,21 +113,10 @@ fn identity(
 
 fn static_credential(c: &CredentialSection, pool: &str, at: &str) -> Result<Credential, String> {
     only(c, STATIC_KEYS, at)?;
-    let (key, text) = match (&c.value_file, &c.value_env) {
-        (Some(_), Some(_)) | (None, None) => {
-            return Err(format!(
-                "{at}.value_file: pool '{pool}' needs value_file or value_env (one of them)"
-            ))
-        }
-        (Some(path), None) => (
-            "value_file",
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
-        ),
-        (None, Some(var)) => (
-            "value_env",
-            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
-        ),
-    };
+    let (from, text) = super::secret::read(&c.value_file, &c.value_env).ok_or_else(|| {
+        format!("{at}.value_file: pool '{pool}' needs value_file or value_env (one of them)")
+    })?;
+    let key = from.key(["value_file", "value_env"]);
     let fail = |e: &str| format!("{at}.{key}: pool '{pool}': {e}");
     // A mounted Secret usually ends with a newline.
     let secret = text.map_err(|e| fail(&e))?.trim().to_string();

@@ -127,21 +127,11 @@ fn endpoint(url: &str) -> Result<(), &'static str> {
 }
 
 fn secret(c: &CredentialSection, pool: &str, at: &str) -> Result<String, String> {
-    let (key, text) = match (&c.client_secret_file, &c.client_secret_env) {
-        (Some(_), Some(_)) | (None, None) => {
-            return Err(format!(
-                "{at}.client_secret_file: pool '{pool}' needs client_secret_file or client_secret_env (one of them)"
-            ))
-        }
-        (Some(path), None) => (
-            "client_secret_file",
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
-        ),
-        (None, Some(var)) => (
-            "client_secret_env",
-            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
-        ),
-    };
+    let (from, text) = super::secret::read(&c.client_secret_file, &c.client_secret_env)
+        .ok_or_else(|| {
+            format!("{at}.client_secret_file: pool '{pool}' needs client_secret_file or client_secret_env (one of them)")
+        })?;
+    let key = from.key(["client_secret_file", "client_secret_env"]);
     // A mounted Secret usually ends with a newline.
     let secret = text
         .map_err(|e| format!("{at}.{key}: pool '{pool}': {e}"))?

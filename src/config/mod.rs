@@ -14,6 +14,7 @@ mod identity;
 mod listeners;
 mod pools;
 mod routes;
+mod secret;
 mod sessions;
 mod tracing;
 

@@ -15,28 +15,19 @@ pub(super) fn sessions(
 ) -> Option<Arc<Sessions>> {
     let default = SessionsSection::default();
     let s = section.unwrap_or(&default);
-    let (key, text) = match (&s.keys_file, &s.keys_env) {
-        (Some(_), Some(_)) => {
-            errs.push("sessions: set keys_file or keys_env, not both".to_string());
-            return None;
+    if s.keys_file.is_some() && s.keys_env.is_some() {
+        errs.push("sessions: set keys_file or keys_env, not both".to_string());
+        return None;
+    }
+    let Some((from, text)) = super::secret::read(&s.keys_file, &s.keys_env) else {
+        if any_legacy {
+            errs.push(
+                "sessions.keys_file: a session key ring (keys_file or keys_env) is required because a route accepts legacy protocol versions".to_string(),
+            );
         }
-        (Some(path), None) => (
-            "sessions.keys_file",
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read '{path}': {e}")),
-        ),
-        (None, Some(var)) => (
-            "sessions.keys_env",
-            std::env::var(var).map_err(|_| format!("environment variable '{var}' is not set")),
-        ),
-        (None, None) => {
-            if any_legacy {
-                errs.push(
-                    "sessions.keys_file: a session key ring (keys_file or keys_env) is required because a route accepts legacy protocol versions".to_string(),
-                );
-            }
-            return None;
-        }
+        return None;
     };
+    let key = from.key(["sessions.keys_file", "sessions.keys_env"]);
     match text.and_then(|t| KeyRing::parse(&t)) {
         Ok(ring) => Some(Arc::new(Sessions {
             ring,

@@ -210,20 +210,7 @@ impl std::fmt::Debug for Exchange {
 
 impl Exchange {
     pub fn new(settings: Settings) -> Result<Exchange, String> {
-        let mut builder = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .connect_timeout(settings.timeout)
-            .redirect(reqwest::redirect::Policy::none());
-        if let Some(ca) = &settings.ca_file {
-            let pem = std::fs::read(ca).map_err(|e| format!("ca_file {ca}: {e}"))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("ca_file {ca}: {e}"))?
-            {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder
-            .build()
+        let client = super::client(settings.timeout, settings.ca_file.as_deref())
             .map_err(|e| format!("token_endpoint: {e}"))?;
         Ok(Exchange {
             cache: Arc::new(Cache {

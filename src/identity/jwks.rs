@@ -158,20 +158,7 @@ impl Jwks {
                 if !url.starts_with("https://") {
                     return Err(format!("jwks_url {url}: must be an https:// URL"));
                 }
-                let mut builder = reqwest::Client::builder()
-                    .timeout(*timeout)
-                    .connect_timeout(*timeout)
-                    .redirect(reqwest::redirect::Policy::none());
-                if let Some(ca) = ca_file {
-                    let pem = std::fs::read(ca).map_err(|e| format!("jwks_ca_file {ca}: {e}"))?;
-                    for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                        .map_err(|e| format!("jwks_ca_file {ca}: {e}"))?
-                    {
-                        builder = builder.add_root_certificate(cert);
-                    }
-                }
-                let client = builder
-                    .build()
+                let client = super::client(*timeout, ca_file.as_deref())
                     .map_err(|e| format!("jwks_url {url}: {e}"))?;
                 (KeySet::default(), Some(client))
             }

@@ -262,6 +262,27 @@ impl Identity {
     }
 }
 
+/// The HTTP client the edge fetches keys and exchanges tokens with: `timeout` for the whole
+/// request (connect included), no redirects, the system's roots and `ca_file`'s (PEM).
+pub(crate) fn client(
+    timeout: std::time::Duration,
+    ca_file: Option<&str>,
+) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(ca) = ca_file {
+        let pem = std::fs::read(ca).map_err(|e| format!("ca_file {ca}: {e}"))?;
+        for cert in
+            reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("ca_file {ca}: {e}"))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
 /// The bearer token of a request's one `Authorization` header (what
 /// [`Identity::authenticate`] read).
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {

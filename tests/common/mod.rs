@@ -171,6 +171,25 @@ impl Edge {
     }
 }
 
+/// A file of the test's own (unique per process and call), removed when the test ends.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn temp_file(name: &str, text: &str) -> TempFile {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let path =
+        std::env::temp_dir().join(format!("mcp-edge-test-{}-{n}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    TempFile(path)
+}
+
 /// Session key secrets for tests (base64 of 32 bytes).
 pub const KEY_A: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 pub const KEY_B: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";

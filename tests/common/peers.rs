@@ -93,6 +93,28 @@ impl Peer {
         }
     }
 
+    /// What a TS server (`ts-server.mjs`) recorded of the POST whose `x-test-mark` header is
+    /// `mark` (its `GET /__seen` entry: headers, identity assertion, bearer token).
+    pub async fn seen_marked(&self, mark: &str) -> Value {
+        let all: Value = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("http://{}/__seen", self.addr))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["headers"]["x-test-mark"] == mark)
+            .cloned()
+            .unwrap_or_else(|| panic!("the member saw no request marked {mark}: {all}"))
+    }
+
     /// stdout lines that start with `prefix`.
     pub fn stdout_lines(&self, prefix: &str) -> Vec<String> {
         self.stdout
