@@ -11,7 +11,6 @@ mod common;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -51,7 +50,9 @@ type Asked = (HashMap<String, String>, Option<String>);
 
 struct Endpoint {
     addr: SocketAddr,
-    mode: Arc<Mutex<(Mode, Duration)>>,
+    mode: Arc<Mutex<Mode>>,
+    /// While true, answers wait (a server that is slow, or silent, until released).
+    held: tokio::sync::watch::Sender<bool>,
     /// Each request's form and `Authorization`.
     seen: Arc<Mutex<Vec<Asked>>>,
     task: tokio::task::JoinHandle<()>,
@@ -82,12 +83,14 @@ impl Endpoint {
     async fn start(mode: Mode) -> Endpoint {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mode = Arc::new(Mutex::new((mode, Duration::ZERO)));
+        let mode = Arc::new(Mutex::new(mode));
+        let held = tokio::sync::watch::Sender::new(false);
+        let gate = held.clone();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (m, s) = (mode.clone(), seen.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (m, s) = (m.clone(), s.clone());
+                let (m, s, mut gate) = (m.clone(), s.clone(), gate.subscribe());
                 tokio::spawn(async move {
                     let mut stream = BufReader::new(stream);
                     let Ok(Some(head)) = wire::read_head(&mut stream).await else {
@@ -101,8 +104,10 @@ impl Endpoint {
                         seen.push((form(&body), head.header("authorization").map(String::from)));
                         seen.len()
                     };
-                    let (mode, delay) = m.lock().unwrap().clone();
-                    tokio::time::sleep(delay).await;
+                    if gate.wait_for(|held| !held).await.is_err() {
+                        return;
+                    }
+                    let mode = m.lock().unwrap().clone();
                     let (status, body) = match mode {
                         Mode::Issue { ttl } => (
                             200,
@@ -132,13 +137,20 @@ impl Endpoint {
         Endpoint {
             addr,
             mode,
+            held,
             seen,
             task,
         }
     }
 
-    fn set(&self, mode: Mode, delay: Duration) {
-        *self.mode.lock().unwrap() = (mode, delay);
+    /// The answers from now on; `held`: not until [`Endpoint::release`].
+    fn set(&self, mode: Mode, held: bool) {
+        *self.mode.lock().unwrap() = mode;
+        self.held.send_replace(held);
+    }
+
+    fn release(&self) {
+        self.held.send_replace(false);
     }
 
     fn count(&self) -> usize {
@@ -157,9 +169,13 @@ struct Setup {
 const SECRET_VAR: &str = "MCP_EDGE_TEST_EXCHANGE_SECRET";
 
 /// An edge whose pool exchanges callers' tokens at a scripted token endpoint (basic client
-/// authentication, `audience` and `scope` asked for, `timeout_ms` 500); `/mcp` takes anyone,
+/// authentication, `audience` and `scope` asked for, `timeout_ms` 500 unless said); `/mcp` takes anyone,
 /// an API key too.
 async fn setup(mode: Mode) -> Setup {
+    setup_with(mode, 500).await
+}
+
+async fn setup_with(mode: Mode, timeout_ms: u64) -> Setup {
     std::env::set_var(SECRET_VAR, "s3cret:with/odd&chars");
     let endpoint = Endpoint::start(mode).await;
     let member = Mock::start(Behavior::Json).await;
@@ -175,7 +191,7 @@ async fn setup(mode: Mode) -> Setup {
     let body = format!(
         "[identity]\napi_keys_file = \"{}\"\n[identity.jwt]\nissuer = \"{ISS}\"\naudience = [\"{AUD}\"]\njwks_file = \"{}\"\ntenant_claim = \"tenant\"\n\n\
          [[pools]]\nname = \"main\"\nmembers = [\"{}\"]\n[pools.health]\ncheck = \"none\"\n\
-         [pools.credential]\nkind = \"exchange\"\ntoken_endpoint = \"http://{}/token\"\nclient_id = \"edge\"\nclient_secret_env = \"{SECRET_VAR}\"\naudience = \"tools-api\"\nscope = \"tools\"\ntimeout_ms = 500\n\n\
+         [pools.credential]\nkind = \"exchange\"\ntoken_endpoint = \"http://{}/token\"\nclient_id = \"edge\"\nclient_secret_env = \"{SECRET_VAR}\"\naudience = \"tools-api\"\nscope = \"tools\"\ntimeout_ms = {timeout_ms}\n\n\
          [[routes]]\npath = \"/mcp\"\npool = \"main\"\nauth = \"optional\"\n",
         keys_file.0.display(),
         jwks_file.0.display(),
@@ -252,13 +268,26 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_one_token_makes_one_exchange_and_callers_never_share_a_token() {
-    let s = setup(Mode::Issue { ttl: 300 }).await;
-    // Slow enough that the burst's calls all arrive while the first exchange is under way.
-    s.endpoint
-        .set(Mode::Issue { ttl: 300 }, Duration::from_millis(300));
+    // Time for the whole burst to arrive while the exchange is held, on a busy machine too.
+    let s = setup_with(Mode::Issue { ttl: 300 }, 30_000).await;
+    // The server holds its answer until the whole burst waits on the one exchange.
+    s.endpoint.set(Mode::Issue { ttl: 300 }, true);
     let alice = s.token("alice", "a");
-    let calls = (0..16).map(|_| s.call(Some(&alice)));
-    for a in futures::future::join_all(calls).await {
+    let calls = futures::future::join_all((0..16).map(|_| s.call(Some(&alice))));
+    let pool = &s.edge.pool;
+    let joined =
+        format!("mcp_edge_token_exchange_cache_total{{pool=\"{pool}\",result=\"joined\"}}");
+    let release = async {
+        wait_until(
+            PATIENCE,
+            "15 calls joining the first one's exchange",
+            async || metric(&s.edge, &joined).await == 15.0,
+        )
+        .await;
+        s.endpoint.release();
+    };
+    let (answers, ()) = tokio::join!(calls, release);
+    for a in answers {
         assert_eq!(a.status, 200, "{a:?}");
     }
     assert_eq!(s.endpoint.count(), 1, "one exchange for the burst");
@@ -287,7 +316,7 @@ async fn a_burst_of_one_token_makes_one_exchange_and_callers_never_share_a_token
     assert_eq!(auth.as_deref(), Some(format!("Basic {basic}").as_str()));
 
     // Another subject, and the same subject of another tenant: tokens of their own.
-    s.endpoint.set(Mode::Issue { ttl: 300 }, Duration::ZERO);
+    s.endpoint.set(Mode::Issue { ttl: 300 }, false);
     assert_eq!(s.call(Some(&s.token("bob", "a"))).await.status, 200);
     assert_eq!(s.call(Some(&s.token("alice", "b"))).await.status, 200);
     // A later call with alice's token: the cached exchange.
@@ -319,12 +348,8 @@ async fn a_burst_of_one_token_makes_one_exchange_and_callers_never_share_a_token
     let ok = format!("mcp_edge_token_exchanges_total{{outcome=\"ok\",pool=\"{pool}\"}}");
     assert_eq!(metric(&s.edge, &ok).await, 5.0);
     let hits = format!("mcp_edge_token_exchange_cache_total{{pool=\"{pool}\",result=\"hit\"}}");
-    let joined =
-        format!("mcp_edge_token_exchange_cache_total{{pool=\"{pool}\",result=\"joined\"}}");
-    assert_eq!(
-        metric(&s.edge, &hits).await + metric(&s.edge, &joined).await,
-        16.0
-    );
+    assert_eq!(metric(&s.edge, &hits).await, 1.0);
+    assert_eq!(metric(&s.edge, &joined).await, 15.0);
     let sent = format!("mcp_edge_upstream_credentials_total{{kind=\"exchange\",pool=\"{pool}\"}}");
     assert_eq!(metric(&s.edge, &sent).await, 21.0);
 }
@@ -339,7 +364,7 @@ async fn a_token_about_to_expire_is_not_kept_and_an_expired_callers_is_refused_f
     assert_eq!(s.endpoint.count(), 2);
 
     // Cached now; the caller's token expires: the edge refuses it before any exchange.
-    s.endpoint.set(Mode::Issue { ttl: 300 }, Duration::ZERO);
+    s.endpoint.set(Mode::Issue { ttl: 300 }, false);
     assert_eq!(s.call(Some(&alice)).await.status, 200);
     let mut expired = claims(ISS, AUD, "alice", "a");
     expired["exp"] = json!(expired["iat"].as_u64().unwrap() - 3600);
@@ -361,40 +386,41 @@ async fn an_unwell_or_lying_authorization_server_gets_an_honest_answer_and_nothi
     let cases = [
         (
             Mode::Answer(500, r#"{"error":"server_error"}"#),
-            Duration::ZERO,
+            false,
             503,
             "exchange_failed",
         ),
         (
             Mode::Answer(200, "<html>not json</html>"),
-            Duration::ZERO,
+            false,
             503,
             "exchange_failed",
         ),
-        (Mode::Huge, Duration::ZERO, 503, "exchange_failed"),
+        (Mode::Huge, false, 503, "exchange_failed"),
         (
             Mode::IssueFor {
                 aud: "https://somewhere-else.test",
             },
-            Duration::ZERO,
+            false,
             503,
             "exchange_failed",
         ),
         (
             Mode::Answer(401, r#"{"error":"invalid_client"}"#),
-            Duration::ZERO,
+            false,
             503,
             "exchange_failed",
         ),
         (
             Mode::Answer(200, r#"{"access_token":"t","token_type":"N_A"}"#),
-            Duration::ZERO,
+            false,
             503,
             "exchange_failed",
         ),
         (
             Mode::Issue { ttl: 300 },
-            Duration::from_secs(3),
+            // Silent until the test ends.
+            true,
             504,
             "exchange_timeout",
         ),
@@ -403,13 +429,13 @@ async fn an_unwell_or_lying_authorization_server_gets_an_honest_answer_and_nothi
                 400,
                 r#"{"error":"invalid_grant","error_description":"subject token revoked"}"#,
             ),
-            Duration::ZERO,
+            false,
             401,
             "unauthorized",
         ),
     ];
-    for (i, (mode, delay, status, kind)) in cases.into_iter().enumerate() {
-        s.endpoint.set(mode.clone(), delay);
+    for (i, (mode, held, status, kind)) in cases.into_iter().enumerate() {
+        s.endpoint.set(mode.clone(), held);
         let a = s.call(Some(&alice)).await;
         assert_eq!(a.status, status, "{mode:?}: {a:?}");
         assert_eq!(a.kind.as_deref(), Some(kind), "{mode:?}: {a:?}");
@@ -430,7 +456,7 @@ async fn an_unwell_or_lying_authorization_server_gets_an_honest_answer_and_nothi
         );
     }
     // Healthy again: the next call goes through with an exchanged token.
-    s.endpoint.set(Mode::Issue { ttl: 300 }, Duration::ZERO);
+    s.endpoint.set(Mode::Issue { ttl: 300 }, false);
     assert_eq!(s.call(Some(&alice)).await.status, 200);
     assert_eq!(
         s.member_authorizations(),

@@ -189,6 +189,18 @@ struct Outgoing {
     settings: Settings,
 }
 
+/// A caller's exchanged token: cached (`Err`: nothing to wait for), or an exchange's end.
+pub struct Token(Result<Shared<BoxFuture<'static, Outcome>>, HeaderValue>);
+
+impl Token {
+    pub async fn get(self) -> Result<HeaderValue, Failure> {
+        match self.0 {
+            Err(cached) => Ok(cached),
+            Ok(pending) => pending.await.map(|issued| issued.value),
+        }
+    }
+}
+
 /// A pool's token exchange and its cache.
 pub struct Exchange {
     outgoing: Arc<Outgoing>,
@@ -222,29 +234,27 @@ impl Exchange {
         })
     }
 
-    /// The `Authorization` value for the requests of the caller whose verified token is
-    /// `subject_token`: from the cache, or exchanged.
-    pub async fn token(&self, subject_token: &str) -> (Result<HeaderValue, Failure>, Source) {
+    /// Where the `Authorization` value for the requests of the caller whose verified token
+    /// is `subject_token` comes from (the cache, an exchange under way, or one begun now),
+    /// and the value to wait for.
+    pub fn lookup(&self, subject_token: &str) -> (Source, Token) {
         let now = Instant::now();
-        let (pending, source) = {
-            let mut slots = self.cache.lock();
-            match slots.get(subject_token) {
-                Some(Slot::Ready(value, until)) if *until > now => {
-                    return (Ok(value.clone()), Source::Hit)
-                }
-                Some(Slot::Pending(_, p)) => (p.clone(), Source::Joined),
-                _ => {
-                    let id = self.cache.next.fetch_add(1, Ordering::Relaxed);
-                    let key = subject_token.to_string();
-                    let pending = self.spawn(key.clone(), id);
-                    slots.remove(&key);
-                    make_room(&mut slots, self.cache.max, now);
-                    slots.insert(key, Slot::Pending(id, pending.clone()));
-                    (pending, Source::Miss)
-                }
+        let mut slots = self.cache.lock();
+        match slots.get(subject_token) {
+            Some(Slot::Ready(value, until)) if *until > now => {
+                (Source::Hit, Token(Err(value.clone())))
             }
-        };
-        (pending.await.map(|i| i.value), source)
+            Some(Slot::Pending(_, p)) => (Source::Joined, Token(Ok(p.clone()))),
+            _ => {
+                let id = self.cache.next.fetch_add(1, Ordering::Relaxed);
+                let key = subject_token.to_string();
+                let pending = self.spawn(key.clone(), id);
+                slots.remove(&key);
+                make_room(&mut slots, self.cache.max, now);
+                slots.insert(key, Slot::Pending(id, pending.clone()));
+                (Source::Miss, Token(Ok(pending)))
+            }
+        }
     }
 
     /// The exchange, as a task of its own whose end settles the cache (a panic included: the

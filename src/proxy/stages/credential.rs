@@ -73,12 +73,13 @@ impl Stage for Credentials {
         }
         let pool = pool.name.as_str();
         let started = Instant::now();
-        let (outcome, source) = exchange.token(token).await;
+        let (source, pending) = exchange.lookup(token);
         let access = &metrics::get().credentials;
         access
             .token_exchange_cache
             .with_label_values(&[pool, source.label()])
             .inc();
+        let outcome = pending.get().await;
         if source == crate::identity::exchange::Source::Miss {
             let label = outcome.as_ref().err().map_or("ok", Failure::label);
             access
