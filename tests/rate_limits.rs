@@ -120,6 +120,21 @@ impl Fleet {
         total
     }
 
+    /// Every replica's log says it reached Redis (else the logs, to say why not).
+    async fn connected(&self) {
+        let all = async || {
+            self.replicas
+                .iter()
+                .all(|r| r.proc.log_text().contains("connected to Redis"))
+        };
+        if !poll_until(PATIENCE, all).await {
+            panic!(
+                "waited {PATIENCE:?} for the edge connected to Redis; logs:\n{}",
+                self.logs()
+            );
+        }
+    }
+
     fn logs(&self) -> String {
         self.replicas
             .iter()
@@ -399,10 +414,7 @@ async fn rediss_with_a_certificate_made_here_and_a_password_file() {
         password_file.display()
     );
     let fleet = Fleet::start(1, member.addr, &table).await;
-    wait_until(PATIENCE, "the edge connected to Redis", async || {
-        fleet.logs().contains("connected to Redis")
-    })
-    .await;
+    fleet.connected().await;
     // Four bursts' worth at once: however slowly a busy machine answers them, the bucket
     // cannot refill that much while they are decided.
     let run = at_once(&fleet.url(), 4 * BURST).await;
@@ -428,10 +440,7 @@ async fn a_tools_bucket_in_redis_refuses_alone_and_says_so() {
     let redis = Redis::start();
     let per_tool = "per_tool_requests_per_second = 1\nper_tool_burst = 2\n";
     let fleet = Fleet::start_with(1, member.addr, &store(&redis), per_tool).await;
-    wait_until(PATIENCE, "the edge connected to Redis", async || {
-        fleet.logs().contains("connected to Redis")
-    })
-    .await;
+    fleet.connected().await;
     let c = client();
     let call = |tool: &str| {
         modern_body(

@@ -122,6 +122,10 @@ fn ms(d: Duration) -> u64 {
 
 /// The runtime the connection lives on (its reader, its reconnects, the decisions' round
 /// trips), apart from Pingora's services, so that it outlives any of them.
+/// How many times the start's connection is tried (about a minute in all) before the
+/// requests' own tries are left to find Redis.
+const PROBES: u32 = 16;
+
 fn runtime() -> Option<&'static tokio::runtime::Runtime> {
     static RT: LazyLock<Option<tokio::runtime::Runtime>> = LazyLock::new(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -192,23 +196,32 @@ impl Store {
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(2)));
-            let tried = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await;
-            let mut probe = match tried {
-                Ok(c) => c,
-                Err(e) => {
-                    return log::warn!(
-                        "rate limits: cannot connect to Redis at {url} ({e}); deciding locally until it answers"
-                    );
+            // A Redis still starting (refusing, or `LOADING`) is tried again for a while, so
+            // the log says when it answers; the first failure is logged, not each retry.
+            let mut wait = Duration::from_millis(250);
+            for attempt in 0..PROBES {
+                let failure = match client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                {
+                    Err(e) => format!("cannot connect to Redis at {url} ({e})"),
+                    Ok(mut probe) => {
+                        let pong: redis::RedisResult<String> =
+                            redis::cmd("PING").query_async(&mut probe).await;
+                        match pong {
+                            Ok(_) => {
+                                log::info!("rate limits: connected to Redis at {url}");
+                                break;
+                            }
+                            Err(e) => format!("Redis at {url} refuses ({e})"),
+                        }
+                    }
+                };
+                if attempt == 0 {
+                    log::warn!("rate limits: {failure}; deciding locally until it answers");
                 }
-            };
-            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut probe).await;
-            match pong {
-                Ok(_) => log::info!("rate limits: connected to Redis at {url}"),
-                Err(e) => log::warn!(
-                    "rate limits: Redis at {url} refuses ({e}); deciding locally until it answers"
-                ),
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
             }
             // The shared connection is made now too (its first use would make it).
             let _: redis::RedisResult<String> =
