@@ -62,7 +62,7 @@ pub struct Built {
     pub tracing: Option<Arc<Tracing>>,
 }
 
-pub fn build_server(config: Config, options: Options) -> Built {
+pub fn build_server(mut config: Config, options: Options) -> Built {
     for w in &config.warnings {
         log::warn!("config: {w}");
     }
@@ -80,6 +80,7 @@ pub fn build_server(config: Config, options: Options) -> Built {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
+    config.runtime.compile(proxy::pipeline::plan);
     config.runtime.start();
     for pool in config.runtime.pools.values() {
         pool.publish();
@@ -210,6 +211,7 @@ fn add_reloader(
         path,
         runtime: runtime.clone(),
         startup: startup.clone(),
+        plan: proxy::pipeline::plan,
     });
     server.add_service(background_service(
         "config reload",

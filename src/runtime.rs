@@ -83,6 +83,65 @@ pub enum EndpointKind {
 pub struct Endpoint {
     pub route: Arc<Route>,
     pub kind: EndpointKind,
+    /// The stages that can act on its requests ([`Plan`]).
+    pub plan: Plan,
+}
+
+impl Endpoint {
+    pub fn new(route: Arc<Route>, kind: EndpointKind) -> Endpoint {
+        Endpoint {
+            route,
+            kind,
+            plan: Plan::ALL,
+        }
+    }
+}
+
+/// Which stages of each phase can act on a request: one bit per stage, in the order of the
+/// phase's list in `proxy/pipeline.rs`, which compiles each endpoint's plan when a snapshot
+/// is loaded ([`Runtime::compile`]) and each listener's. A request calls only the stages
+/// whose bit is set; before its endpoint is known, its listener's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub request: u32,
+    pub admitted: u32,
+    pub attempt: u32,
+    pub attempt_failed: u32,
+    pub upstream_request: u32,
+    pub response: u32,
+    pub response_body: u32,
+    pub answer: u32,
+    pub logging: u32,
+}
+
+impl Plan {
+    /// Every stage (nothing compiled yet).
+    pub const ALL: Plan = Plan {
+        request: u32::MAX,
+        admitted: u32::MAX,
+        attempt: u32::MAX,
+        attempt_failed: u32::MAX,
+        upstream_request: u32::MAX,
+        response: u32::MAX,
+        response_body: u32::MAX,
+        answer: u32::MAX,
+        logging: u32::MAX,
+    };
+
+    /// The stages both plans call.
+    pub fn and(self, other: Plan) -> Plan {
+        Plan {
+            request: self.request & other.request,
+            admitted: self.admitted & other.admitted,
+            attempt: self.attempt & other.attempt,
+            attempt_failed: self.attempt_failed & other.attempt_failed,
+            upstream_request: self.upstream_request & other.upstream_request,
+            response: self.response & other.response,
+            response_body: self.response_body & other.response_body,
+            answer: self.answer & other.answer,
+            logging: self.logging & other.logging,
+        }
+    }
 }
 
 /// `[forwarding]`: the headers that tell upstreams who the client is.
@@ -160,6 +219,26 @@ impl Runtime {
                 .find(|(prefix, _)| covers(prefix, path))
                 .map(|(_, e)| e)
         })
+    }
+
+    /// Give every endpoint its plan: `plan` is the pipeline's (`proxy::pipeline::plan`,
+    /// which this layer cannot name); called once the snapshot is complete (after
+    /// [`Runtime::inherit`] on a reload), before any request reads it.
+    pub fn compile(&mut self, plan: fn(&Endpoint, &Runtime) -> Plan) {
+        let exact: Vec<(String, Plan)> = self
+            .endpoints
+            .iter()
+            .map(|(path, e)| (path.clone(), plan(e, self)))
+            .collect();
+        let prefixed: Vec<Plan> = self.prefixes.iter().map(|(_, e)| plan(e, self)).collect();
+        for (path, p) in exact {
+            if let Some(e) = self.endpoints.get_mut(&path) {
+                e.plan = p;
+            }
+        }
+        for ((_, e), p) in self.prefixes.iter_mut().zip(prefixed) {
+            e.plan = p;
+        }
     }
 
     /// Carry member sets and health over from the snapshot this one replaces (reload), so a

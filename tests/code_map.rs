@@ -266,6 +266,7 @@ const FACT_OWNERS: &[(&str, &str)] = &[
     ("labels.era", "proxy/stages/rules.rs"),
     ("decided.rate", "proxy/stages/rate.rs"),
     ("decided.policy", "proxy/stages/policy.rs"),
+    ("ctx.plan", "proxy/stages/route.rs"),
 ];
 
 #[test]

@@ -61,7 +61,7 @@ pub(super) fn routes(
                 ));
             }
             let route = route.clone();
-            endpoints.insert(path, Endpoint { route, kind });
+            endpoints.insert(path, Endpoint::new(route, kind));
         }
     }
     (endpoints, any_legacy)
@@ -136,10 +136,10 @@ pub(super) fn passthrough(
             errs.push(format!("passthrough[{i}].pool: unknown pool '{}'", p.pool));
             continue;
         };
-        let endpoint = Endpoint {
-            route: passthrough_route(p, &name, exact, pool),
-            kind: EndpointKind::Passthrough,
-        };
+        let endpoint = Endpoint::new(
+            passthrough_route(p, &name, exact, pool),
+            EndpointKind::Passthrough,
+        );
         let covered: Vec<&String> = endpoints
             .iter()
             .filter(|(path, e)| {

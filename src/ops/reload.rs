@@ -26,6 +26,8 @@ pub struct Reloader {
     pub runtime: Arc<ArcSwap<Runtime>>,
     /// Settings only a restart applies; a reload that changes them says so.
     pub startup: Startup,
+    /// Compiles each endpoint's plan of stages (the pipeline's, see [`Runtime::compile`]).
+    pub plan: fn(&crate::runtime::Endpoint, &Runtime) -> crate::runtime::Plan,
 }
 
 /// Read every TLS listener's certificate files again; changed ones are served from now on.
@@ -111,6 +113,7 @@ impl Reloader {
                     return Err(vec![e]);
                 }
                 config.runtime.inherit(&old);
+                config.runtime.compile(self.plan);
                 config.runtime.start();
                 for pool in config.runtime.pools.values() {
                     pool.publish();

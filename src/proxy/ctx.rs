@@ -26,7 +26,7 @@ use crate::mcp::outcome::Ended;
 use crate::mcp::rules::{Era, Verdict};
 use crate::mcp::{self, EraLabel};
 use crate::routing::Member;
-use crate::runtime::{Endpoint, Route, Runtime};
+use crate::runtime::{Endpoint, Plan, Route, Runtime};
 
 /// Pingora keeps the context for the whole exchange, an idle event stream's included: the
 /// parts only some requests use are boxed, so that the others do not carry their room. The
@@ -34,6 +34,9 @@ use crate::runtime::{Endpoint, Route, Runtime};
 pub struct Ctx {
     pub started: Instant,
     pub snapshot: Arc<Runtime>,
+    /// The stages this request calls (see [`crate::runtime::Plan`]): its listener's, then,
+    /// once the route stage found its endpoint, the endpoint's too (route).
+    pub plan: Plan,
     pub request: Request,
     pub labels: Labels,
     pub upstream: Upstream,
@@ -54,10 +57,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(snapshot: Arc<Runtime>) -> Ctx {
+    pub fn new(snapshot: Arc<Runtime>, plan: Plan) -> Ctx {
         Ctx {
             started: Instant::now(),
             snapshot,
+            plan,
             request: Request::default(),
             labels: Labels::default(),
             upstream: Upstream::default(),

@@ -13,7 +13,7 @@ use super::replay;
 use crate::config::TraceContext;
 pub use crate::net::load::Load;
 use crate::ops::tracing::Tracing;
-use crate::runtime::Runtime;
+use crate::runtime::{Plan, Runtime};
 
 /// The edge: one per listener, sharing the runtime snapshot, the cutoff switch for event
 /// streams, the process-wide load counters and the tracer.
@@ -30,6 +30,8 @@ pub struct Edge {
     pub(crate) trace_context: TraceContext,
     /// The hand-off listener: only requests other replicas signed.
     pub(crate) handoff: bool,
+    /// The stages that can act on this listener's requests.
+    pub(super) plan: Plan,
 }
 
 /// What an edge knows of its listener.
@@ -47,10 +49,12 @@ impl Edge {
         load: Load,
         listening: Listening,
     ) -> Self {
+        let plan = super::pipeline::listener_plan(&listening);
         Edge {
             runtime,
             cutoff,
             load,
+            plan,
             tls: listening.tls,
             tracing: listening.tracing,
             trace_context: listening.trace_context,

@@ -38,7 +38,7 @@ impl ProxyHttp for Edge {
     type CTX = Box<Ctx>;
 
     fn new_ctx(&self) -> Box<Ctx> {
-        Box::new(Ctx::new(self.runtime.load_full()))
+        Box::new(Ctx::new(self.runtime.load_full(), self.plan))
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {

@@ -8,7 +8,11 @@
 //! [`super::stages::State`]).
 //!
 //! Stage calls are resolved at compile time: a stage that does nothing in a phase costs
-//! nothing there. Each call goes through [`priced`], which the benchmark's priced build keeps
+//! nothing there. Which stages a request calls is compiled when a snapshot is loaded: each
+//! endpoint's plan ([`plan`], from each stage's [`Stage::serves`]) and each listener's
+//! ([`listener_plan`], [`Stage::listens`]) keep a bit per stage, and a request calls only the
+//! stages whose bit is set (the route stage sets the request's plan; until then its
+//! listener's). Each call goes through [`priced`], which the benchmark's priced build keeps
 //! out of line to count each stage's instructions (`bench/instructions.py`).
 
 use bytes::Bytes;
@@ -16,11 +20,12 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use super::ctx::Ctx;
-use super::edge::Edge;
-use super::stage::{Admission, Flow, Outbound, Stage};
+use super::edge::{Edge, Listening};
+use super::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use super::stages::*;
 use crate::error::Rejection;
 use crate::mcp::media::{self, Media};
+use crate::runtime::{Endpoint, Plan, Runtime};
 
 mod priced;
 
@@ -53,15 +58,19 @@ macro_rules! pipeline {
         pub const LOGGING: &[&str] = &[$(<$logging as Stage>::NAME),*];
 
         /// Every request stage in order, until one answers or refuses; then, for a request
-        /// that goes on to a member of this replica's, the admitted stages.
+        /// that goes on to a member of this replica's, the admitted stages. Each only where
+        /// the request's plan calls it (its listener's until the route stage finds its
+        /// endpoint, then the endpoint's).
         pub async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
             let mut once_admitted = None;
             $(
-                match priced::request::<$request>(a).await? {
-                    Flow::Next => {}
-                    Flow::AnswerOnceAdmitted(answer) => once_admitted = Some(Flow::Answer(answer)),
-                    Flow::Hold(held) => once_admitted = Some(Flow::Hold(held)),
-                    done => return Ok(done),
+                if a.ctx.plan.request & const { bit(REQUEST, <$request as Stage>::NAME) } != 0 {
+                    match priced::request::<$request>(a).await? {
+                        Flow::Next => {}
+                        Flow::AnswerOnceAdmitted(answer) => once_admitted = Some(Flow::Answer(answer)),
+                        Flow::Hold(held) => once_admitted = Some(Flow::Hold(held)),
+                        done => return Ok(done),
+                    }
                 }
             )*
             if let Some(flow) = once_admitted {
@@ -69,21 +78,31 @@ macro_rules! pipeline {
             }
             let mut flow = Flow::Next;
             $(
-                match priced::admitted::<$admitted>(a).await? {
-                    Flow::Next => {}
-                    Flow::Accepted => flow = Flow::Accepted,
-                    done => return Ok(done),
+                if a.ctx.plan.admitted & const { bit(ADMITTED, <$admitted as Stage>::NAME) } != 0 {
+                    match priced::admitted::<$admitted>(a).await? {
+                        Flow::Next => {}
+                        Flow::Accepted => flow = Flow::Accepted,
+                        done => return Ok(done),
+                    }
                 }
             )*
             Ok(flow)
         }
 
         pub fn attempt(ctx: &mut Ctx, edge: &Edge) {
-            $(priced::attempt::<$attempt>(ctx, edge);)*
+            $(
+                if ctx.plan.attempt & const { bit(ATTEMPT, <$attempt as Stage>::NAME) } != 0 {
+                    priced::attempt::<$attempt>(ctx, edge);
+                }
+            )*
         }
 
         pub fn attempt_failed(ctx: &mut Ctx, error: &pingora::Error) {
-            $(priced::attempt_failed::<$failed>(ctx, error);)*
+            $(
+                if ctx.plan.attempt_failed & const { bit(ATTEMPT_FAILED, <$failed as Stage>::NAME) } != 0 {
+                    priced::attempt_failed::<$failed>(ctx, error);
+                }
+            )*
         }
 
         /// The head a member gets; for a request handed to the replica holding its state,
@@ -93,7 +112,11 @@ macro_rules! pipeline {
             if o.ctx.handed_off() {
                 $(priced::upstream_request::<$relay>(o)?;)*
             } else {
-                $(priced::upstream_request::<$upstream>(o)?;)*
+                $(
+                    if o.ctx.plan.upstream_request & const { bit(UPSTREAM_REQUEST, <$upstream as Stage>::NAME) } != 0 {
+                        priced::upstream_request::<$upstream>(o)?;
+                    }
+                )*
             }
             Ok(())
         }
@@ -110,7 +133,11 @@ macro_rules! pipeline {
             if ctx.handed_off() {
                 $(priced::response::<$relay_response>(head, ctx, edge)?;)*
             } else {
-                $(priced::response::<$response>(head, ctx, edge)?;)*
+                $(
+                    if ctx.plan.response & const { bit(RESPONSE, <$response as Stage>::NAME) } != 0 {
+                        priced::response::<$response>(head, ctx, edge)?;
+                    }
+                )*
             }
             Ok(())
         }
@@ -124,17 +151,60 @@ macro_rules! pipeline {
             if ctx.handed_off() {
                 return Ok(());
             }
-            $(priced::response_body::<$body>(body, end, ctx)?;)*
+            $(
+                if ctx.plan.response_body & const { bit(RESPONSE_BODY, <$body as Stage>::NAME) } != 0 {
+                    priced::response_body::<$body>(body, end, ctx)?;
+                }
+            )*
             Ok(())
         }
 
         pub fn answer(head: &mut ResponseHeader, body: &mut Bytes, ctx: &mut Ctx) -> pingora::Result<()> {
-            $(priced::answer::<$answer>(head, body, ctx)?;)*
+            $(
+                if ctx.plan.answer & const { bit(ANSWER, <$answer as Stage>::NAME) } != 0 {
+                    priced::answer::<$answer>(head, body, ctx)?;
+                }
+            )*
             Ok(())
         }
 
         pub fn logging(session: &Session, ctx: &mut Ctx) {
-            $(priced::logging::<$logging>(session, ctx);)*
+            $(
+                if ctx.plan.logging & const { bit(LOGGING, <$logging as Stage>::NAME) } != 0 {
+                    priced::logging::<$logging>(session, ctx);
+                }
+            )*
+        }
+
+        /// An endpoint's plan: the stages of each phase that serve it ([`Stage::serves`]).
+        pub fn plan(endpoint: &Endpoint, runtime: &Runtime) -> Plan {
+            let site = &Site { endpoint, runtime };
+            Plan {
+                request: bits([$(<$request as Stage>::serves(site, Phase::Request)),*]),
+                admitted: bits([$(<$admitted as Stage>::serves(site, Phase::Admitted)),*]),
+                attempt: bits([$(<$attempt as Stage>::serves(site, Phase::Attempt)),*]),
+                attempt_failed: bits([$(<$failed as Stage>::serves(site, Phase::AttemptFailed)),*]),
+                upstream_request: bits([$(<$upstream as Stage>::serves(site, Phase::UpstreamRequest)),*]),
+                response: bits([$(<$response as Stage>::serves(site, Phase::Response)),*]),
+                response_body: bits([$(<$body as Stage>::serves(site, Phase::ResponseBody)),*]),
+                answer: bits([$(<$answer as Stage>::serves(site, Phase::Answer)),*]),
+                logging: bits([$(<$logging as Stage>::serves(site, Phase::Logging)),*]),
+            }
+        }
+
+        /// A listener's plan: the stages that can act on its requests ([`Stage::listens`]).
+        pub fn listener_plan(listening: &Listening) -> Plan {
+            Plan {
+                request: bits([$(<$request as Stage>::listens(listening)),*]),
+                admitted: bits([$(<$admitted as Stage>::listens(listening)),*]),
+                attempt: bits([$(<$attempt as Stage>::listens(listening)),*]),
+                attempt_failed: bits([$(<$failed as Stage>::listens(listening)),*]),
+                upstream_request: bits([$(<$upstream as Stage>::listens(listening)),*]),
+                response: bits([$(<$response as Stage>::listens(listening)),*]),
+                response_body: bits([$(<$body as Stage>::listens(listening)),*]),
+                answer: bits([$(<$answer as Stage>::listens(listening)),*]),
+                logging: bits([$(<$logging as Stage>::listens(listening)),*]),
+            }
         }
     };
 }
@@ -231,9 +301,133 @@ pipeline! {
     ],
 }
 
+/// A stage's bit in its phase's plan: its place in the phase's list.
+const fn bit(list: &[&str], name: &str) -> u32 {
+    let mut i = 0;
+    while i < list.len() {
+        if same(list[i].as_bytes(), name.as_bytes()) {
+            return 1 << i;
+        }
+        i += 1;
+    }
+    panic!("a stage is missing from its phase's list")
+}
+
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// A phase's plan from whether each of its stages serves, in list order.
+fn bits<const N: usize>(serves: [bool; N]) -> u32 {
+    const { assert!(N <= 32, "a phase's plan holds 32 stages") };
+    serves
+        .iter()
+        .enumerate()
+        .fold(0, |plan, (i, &s)| if s { plan | 1 << i } else { plan })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Config, TraceContext};
+
+    const TWO_ROUTES: &str = r#"
+        [[listeners]]
+        address = "127.0.0.1:8080"
+        [[pools]]
+        name = "main"
+        members = ["127.0.0.1:9001"]
+        [[routes]]
+        path = "/mcp"
+        pool = "main"
+        versions = ["2026-07-28"]
+        [[routes]]
+        path = "/guarded/mcp"
+        pool = "main"
+        versions = ["2026-07-28"]
+        allowed_hosts = ["example.com"]
+        [routes.rate_limit]
+        requests_per_second = 10
+    "#;
+
+    /// Whether `plan` (one phase's bits) calls the stage `name` of `list`.
+    fn calls(list: &[&str], plan: u32, name: &str) -> bool {
+        plan & bit(list, name) != 0
+    }
+
+    #[test]
+    fn an_endpoint_calls_only_the_stages_its_route_needs() {
+        let mut config = Config::parse(TWO_ROUTES).unwrap();
+        config.runtime.compile(plan);
+        let runtime = &config.runtime;
+        let plain = runtime.endpoint("/mcp").unwrap().plan;
+        let guarded = runtime.endpoint("/guarded/mcp").unwrap().plan;
+        // What every MCP request needs, on both.
+        for p in [plain, guarded] {
+            for stage in ["route", "method", "rules", "legacy"] {
+                assert!(calls(REQUEST, p.request, stage), "{stage}");
+            }
+            assert!(calls(ADMITTED, p.admitted, "balance"));
+            assert!(calls(UPSTREAM_REQUEST, p.upstream_request, "forwarding"));
+            assert!(calls(LOGGING, p.logging, "access_log"));
+            // No auth, policy, bridge, fleet, credential or stdio pool on either.
+            for stage in [
+                "identity",
+                "policy",
+                "scopes",
+                "bridge",
+                "sse_bridge",
+                "handoff",
+            ] {
+                assert!(!calls(REQUEST, p.request, stage), "{stage}");
+            }
+            assert!(!calls(ADMITTED, p.admitted, "credential"));
+            assert!(!calls(UPSTREAM_REQUEST, p.upstream_request, "stdio"));
+            assert!(!calls(UPSTREAM_REQUEST, p.upstream_request, "credential"));
+            assert!(!calls(RESPONSE, p.response, "policy"));
+            // Without `auth` the caller's `Authorization` goes on as it came
+            // (`forward_credential`'s default): no identity stage on the member's head either.
+            assert!(!calls(UPSTREAM_REQUEST, p.upstream_request, "identity"));
+        }
+        // What only the guarded route has.
+        assert!(calls(REQUEST, guarded.request, "rate") && !calls(REQUEST, plain.request, "rate"));
+        assert!(calls(REQUEST, guarded.request, "host") && !calls(REQUEST, plain.request, "host"));
+        // A snapshot nobody compiled calls every stage.
+        let fresh = Config::parse(TWO_ROUTES).unwrap();
+        assert_eq!(fresh.runtime.endpoint("/mcp").unwrap().plan, Plan::ALL);
+    }
+
+    #[test]
+    fn a_listener_calls_the_trace_and_arrival_stages_only_when_it_has_them() {
+        let plain = listener_plan(&Listening {
+            tls: false,
+            tracing: None,
+            trace_context: TraceContext::default(),
+            handoff: false,
+        });
+        assert!(!calls(REQUEST, plain.request, "trace"));
+        assert!(!calls(REQUEST, plain.request, "arrival"));
+        assert!(!calls(LOGGING, plain.logging, "trace"));
+        assert_eq!(plain.attempt & bit(ATTEMPT, "trace"), 0);
+        assert!(calls(REQUEST, plain.request, "route"));
+        let handoff = listener_plan(&Listening {
+            tls: false,
+            tracing: None,
+            trace_context: TraceContext::default(),
+            handoff: true,
+        });
+        assert!(calls(REQUEST, handoff.request, "arrival"));
+    }
 
     #[test]
     fn no_stage_appears_twice_in_a_phase() {

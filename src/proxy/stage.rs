@@ -9,8 +9,9 @@ use pingora::proxy::Session;
 
 use super::answer::Answer;
 use super::ctx::Ctx;
-use super::edge::Edge;
+use super::edge::{Edge, Listening};
 use crate::error::Rejection;
+use crate::runtime::{Endpoint, Runtime};
 
 /// What a request stage decided.
 pub enum Flow {
@@ -67,11 +68,45 @@ pub struct Outbound<'a> {
     pub ctx: &'a mut Ctx,
 }
 
+/// The phases a request's plan covers ([`crate::runtime::Plan`]; a hand-off's relay lists
+/// always run whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Request,
+    Admitted,
+    Attempt,
+    AttemptFailed,
+    UpstreamRequest,
+    Response,
+    ResponseBody,
+    Answer,
+    Logging,
+}
+
+/// What the configuration says of an endpoint, when its plan is compiled.
+pub struct Site<'a> {
+    pub endpoint: &'a Endpoint,
+    pub runtime: &'a Runtime,
+}
+
 /// One capability of the edge, by phase. Every phase does nothing unless the stage says.
 #[allow(async_fn_in_trait)]
 pub trait Stage {
     /// Its name in the lists and in `src/README.md`.
     const NAME: &'static str;
+
+    /// Whether the stage can act in `phase` on a request to this endpoint: asked once per
+    /// endpoint when a snapshot is loaded. `false` only where every such call would return
+    /// at its first check; a request the plan leaves it out of does not call it.
+    fn serves(_site: &Site<'_>, _phase: Phase) -> bool {
+        true
+    }
+
+    /// Whether the stage can act on this listener's requests at all (the hand-off
+    /// listener's, a traced listener's): asked once, when the listener is built.
+    fn listens(_listening: &Listening) -> bool {
+        true
+    }
 
     /// `request_filter`: a check or a decision before a member is chosen; a refusal is
     /// answered by the error boundary and the request never reaches a member.

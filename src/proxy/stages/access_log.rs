@@ -18,7 +18,7 @@ use crate::error::Rejection;
 use crate::mcp::json;
 use crate::mcp::target::Kind;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::stage::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Phase, Site, Stage};
 
 /// At most this many argument names, each at most [`MAX_NAME`] bytes.
 const MAX_ARGUMENTS: usize = 32;
@@ -36,6 +36,15 @@ pub struct AccessLog;
 
 impl Stage for AccessLog {
     const NAME: &'static str = "access_log";
+
+    /// A log that is written (its argument names only when asked for).
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        let wanted = site.runtime.access_log;
+        match phase {
+            Phase::Request => wanted.enabled && wanted.argument_names,
+            _ => wanted.enabled,
+        }
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let wanted = a.ctx.snapshot.access_log;

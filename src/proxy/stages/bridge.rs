@@ -39,7 +39,7 @@ use crate::proxy::body::Body;
 use crate::proxy::ctx::{Ctx, StreamReply};
 use crate::proxy::edge::Edge;
 use crate::proxy::rewrite;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::streams::{self, Answered, Asked};
 use crate::session::{self, Kind, Sessions};
@@ -74,6 +74,11 @@ pub struct Bridge;
 
 impl Stage for Bridge {
     const NAME: &'static str = "bridge";
+
+    /// A route that bridges legacy clients.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.endpoint.route.bridge
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let request = &mut a.ctx.request;

@@ -29,7 +29,7 @@ use crate::identity::exchange::Failure;
 use crate::identity::{bearer_token, keys, Refusal};
 use crate::metrics;
 use crate::proxy::ctx::Ctx;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::EndpointKind;
 
 /// The credential kind that went with the request's last try, and the exchanged token.
@@ -48,6 +48,20 @@ pub struct Credentials;
 
 impl Stage for Credentials {
     const NAME: &'static str = "credential";
+
+    /// Admission where the pool's credential is an exchanged token (not a pass-through);
+    /// the member's head where the pool has a credential at all.
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        let credential = &site.endpoint.route.pool.credential;
+        match phase {
+            Phase::Admitted => {
+                matches!(credential, Credential::Exchange(_))
+                    && site.endpoint.kind != EndpointKind::Passthrough
+            }
+            Phase::UpstreamRequest => !matches!(credential, Credential::None),
+            _ => true,
+        }
+    }
 
     async fn admitted(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         // Every other pool passes at this first look.

@@ -33,8 +33,8 @@ use crate::fleet::Fleet;
 use crate::mcp::rules::Era;
 use crate::metrics::{self, Handoff, TokenFailure};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
-use crate::proxy::edge::Edge;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::edge::{Edge, Listening};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::routing::Member;
 use crate::runtime::EndpointKind;
 use crate::session::{self, token::now_secs, Caller, Kind};
@@ -44,6 +44,11 @@ pub struct Arrival;
 
 impl Stage for Arrival {
     const NAME: &'static str = "arrival";
+
+    /// Only the hand-off listener's requests are forwards.
+    fn listens(listening: &Listening) -> bool {
+        listening.handoff
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         if !a.edge.handoff {
@@ -75,6 +80,14 @@ pub struct HandOff;
 
 impl Stage for HandOff {
     const NAME: &'static str = "handoff";
+
+    /// A fleet that hands requests to the replica holding their state.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.runtime
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.this().is_some())
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         // Most requests: no fleet that hands requests on, none handed here.

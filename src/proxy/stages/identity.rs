@@ -14,7 +14,7 @@ use crate::error::{EdgeError, Rejection};
 use crate::identity::{AuthMode, Refusal, METADATA_PREFIX};
 use crate::metrics;
 use crate::proxy::answer::Answer;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::EndpointKind;
 
 use super::route::{check_host, request_host};
@@ -71,6 +71,19 @@ pub struct Identify;
 
 impl Stage for Identify {
     const NAME: &'static str = "identity";
+
+    /// Admission on a route with `auth` (not a pass-through); the member's head on any
+    /// route that does not forward the caller's credential.
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        let (route, kind) = (&site.endpoint.route, site.endpoint.kind);
+        match phase {
+            Phase::Request => {
+                route.access.auth != AuthMode::None && kind != EndpointKind::Passthrough
+            }
+            Phase::UpstreamRequest => !route.access.forward_credential,
+            _ => true,
+        }
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let Some(endpoint) = &a.ctx.request.endpoint else {

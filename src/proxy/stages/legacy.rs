@@ -26,7 +26,7 @@ use crate::mcp::sse::{self, EndpointRewriter};
 use crate::metrics::{self, TokenFailure, TokenOp};
 use crate::proxy::ctx::{Ctx, Holds, Pinned};
 use crate::proxy::edge::Edge;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::routing::{Member, Pool};
 use crate::runtime::{Endpoint, EndpointKind};
 use crate::session::{self, Kind, Sessions};
@@ -61,6 +61,11 @@ pub struct Legacy;
 
 impl Stage for Legacy {
     const NAME: &'static str = "legacy";
+
+    /// The member's head of any request but a pass-through one.
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        phase != Phase::UpstreamRequest || site.endpoint.kind != EndpointKind::Passthrough
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let request = &a.ctx.request;

@@ -30,7 +30,7 @@ use crate::proxy::answer::Answer;
 use crate::proxy::ctx::{Ctx, Policed, PolicyVerdict};
 use crate::proxy::edge::Edge;
 use crate::proxy::rewrite;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::{EndpointKind, Route};
 
 /// What the caller may see, on a route with a policy, and what its answer needs.
@@ -48,6 +48,11 @@ pub struct Policy;
 
 impl Stage for Policy {
     const NAME: &'static str = "policy";
+
+    /// A route with a tool policy.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.endpoint.route.access.policy.is_some()
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let Some(endpoint) = a.ctx.request.endpoint.clone() else {

@@ -17,7 +17,7 @@ use crate::mcp::rules::Verdict;
 use crate::mcp::target::Kind;
 use crate::metrics;
 use crate::proxy::ctx::RateVerdict;
-use crate::proxy::stage::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Phase, Site, Stage};
 use crate::runtime::Route;
 
 /// The longest tool name that gets a bucket of its own (longer ones draw from the caller's
@@ -28,6 +28,11 @@ pub struct Rate;
 
 impl Stage for Rate {
     const NAME: &'static str = "rate";
+
+    /// A route with a rate limit.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.endpoint.route.access.rate.is_some()
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let Some(endpoint) = a.ctx.request.endpoint.clone() else {

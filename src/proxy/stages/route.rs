@@ -10,7 +10,7 @@
 use pingora::http::RequestHeader;
 
 use crate::error::{EdgeError, Rejection};
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::{Endpoint, EndpointKind, Runtime};
 
 pub struct Head;
@@ -32,12 +32,20 @@ pub struct Route;
 impl Stage for Route {
     const NAME: &'static str = "route";
 
+    /// The member's path where the route has a prefix to take off (not a pass-through).
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        let e = site.endpoint;
+        phase != Phase::UpstreamRequest
+            || (e.kind != EndpointKind::Passthrough && !e.route.prefix.is_empty())
+    }
+
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let path = a.session.req_header().uri.path();
         let endpoint = a.ctx.snapshot.endpoint(path).cloned();
         let endpoint = endpoint.ok_or_else(|| EdgeError::NoRoute {
             path: path.chars().take(200).collect(),
         })?;
+        a.ctx.plan = a.ctx.plan.and(endpoint.plan);
         a.ctx.request.endpoint = Some(endpoint);
         Ok(Flow::Next)
     }
@@ -76,6 +84,11 @@ pub struct Host;
 
 impl Stage for Host {
     const NAME: &'static str = "host";
+
+    /// A route with a `Host` allowlist.
+    fn serves(site: &Site<'_>, phase: Phase) -> bool {
+        phase != Phase::Request || !site.endpoint.route.hosts.is_empty()
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         if let Some(endpoint) = &a.ctx.request.endpoint {

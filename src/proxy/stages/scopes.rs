@@ -8,12 +8,17 @@
 
 use crate::error::{EdgeError, Rejection};
 use crate::proxy::ctx::Policed;
-use crate::proxy::stage::{Admission, Flow, Stage};
+use crate::proxy::stage::{Admission, Flow, Phase, Site, Stage};
 
 pub struct Scopes;
 
 impl Stage for Scopes {
     const NAME: &'static str = "scopes";
+
+    /// A route with scopes, where callers are identified.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.endpoint.route.access.scopes.is_some() && site.runtime.identity.is_some()
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let request = &a.ctx.request;

@@ -33,7 +33,7 @@ use crate::metrics::{self, BridgedStream, TokenOp};
 use crate::net::budget::Holder;
 use crate::proxy::ctx::Ctx;
 use crate::proxy::edge::Edge;
-use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
+use crate::proxy::stage::{Admission, Flow, Outbound, Phase, Site, Stage};
 use crate::runtime::{EndpointKind, Route};
 use crate::session::streams::{self, Asked};
 use crate::session::{self, Kind};
@@ -90,6 +90,11 @@ pub struct SseBridge;
 
 impl Stage for SseBridge {
     const NAME: &'static str = "sse_bridge";
+
+    /// A route that bridges legacy clients.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        site.endpoint.route.bridge
+    }
 
     async fn admitted(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         Ok(accept(a))

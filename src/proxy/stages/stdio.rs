@@ -3,12 +3,20 @@
 //! credential's binding, for `per_principal` isolation); whatever the client sent under those
 //! names is replaced.
 
-use crate::proxy::stage::{Outbound, Stage};
+use crate::proxy::stage::{Outbound, Phase, Site, Stage};
 
 pub struct Stdio;
 
 impl Stage for Stdio {
     const NAME: &'static str = "stdio";
+
+    /// A stdio pool.
+    fn serves(site: &Site<'_>, _phase: Phase) -> bool {
+        matches!(
+            site.endpoint.route.pool.source,
+            crate::routing::Source::Stdio(_)
+        )
+    }
 
     fn upstream_request(o: &mut Outbound<'_>) -> pingora::Result<()> {
         let Some(group) = o.ctx.endpoint()?.route.pool.stdio.get() else {

@@ -28,7 +28,7 @@ use crate::config::TraceContext;
 use crate::error::Rejection;
 use crate::ops::tracing::{Attribute, Parent, Span, Tracing};
 use crate::proxy::ctx::Ctx;
-use crate::proxy::edge::Edge;
+use crate::proxy::edge::{Edge, Listening};
 use crate::proxy::stage::{Admission, Flow, Outbound, Stage};
 
 mod attributes;
@@ -81,6 +81,11 @@ pub struct Trace;
 
 impl Stage for Trace {
     const NAME: &'static str = "trace";
+
+    /// A listener with a tracer (`[tracing]`).
+    fn listens(listening: &Listening) -> bool {
+        listening.tracing.is_some()
+    }
 
     async fn request(a: &mut Admission<'_>) -> Result<Flow, Rejection> {
         let Some(tracing) = &a.edge.tracing else {
