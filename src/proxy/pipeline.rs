@@ -402,6 +402,28 @@ mod tests {
         // What only the guarded route has.
         assert!(calls(REQUEST, guarded.request, "rate") && !calls(REQUEST, plain.request, "rate"));
         assert!(calls(REQUEST, guarded.request, "host") && !calls(REQUEST, plain.request, "host"));
+        // What a request to the plain route calls on a listener without tracing (the
+        // bench's route: docs/benchmarks.md, "Code footprint and layout").
+        let listener = listener_plan(&Listening {
+            tls: false,
+            tracing: None,
+            trace_context: TraceContext::default(),
+            handoff: false,
+        });
+        let called = plain.and(listener);
+        let counts = [
+            called.request,
+            called.admitted,
+            called.attempt,
+            called.attempt_failed,
+            called.upstream_request,
+            called.response,
+            called.response_body,
+            called.answer,
+            called.logging,
+        ]
+        .map(u32::count_ones);
+        assert_eq!(counts, [11, 1, 0, 0, 4, 7, 4, 2, 3]);
         // A snapshot nobody compiled calls every stage.
         let fresh = Config::parse(TWO_ROUTES).unwrap();
         assert_eq!(fresh.runtime.endpoint("/mcp").unwrap().plan, Plan::ALL);
